@@ -1,0 +1,12 @@
+"""The README example: integrate the paper's chain and print a summary."""
+
+import gradflow as gf
+
+
+chain = gf.chains.sticky(d=6, top_mass=0.5, rho=0.5, delta=0.05)
+traj = gf.integrate(chain, init_scale=1e-3, width=8, t1=20_000)
+print(traj)
+print(f"loss: log d = {traj.loss[0]:.6f} -> {traj.loss[-1]:.6f} "
+      f"(conditional entropy {float(chain.conditional_entropy):.6f})")
+print("stats:", traj.stats)
+traj.save("quickstart.npz")

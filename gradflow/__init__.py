@@ -1,0 +1,44 @@
+"""gradflow: the exact population gradient flow of a one-layer Transformer on
+Markov-chain data.
+
+Importing gradflow turns on JAX's float64 mode (`jax_enable_x64`): saddle
+escapes grow from components of size `init_scale`, which float32 resolves badly.
+"""
+
+import importlib.metadata
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+from . import chains as chains  # noqa: E402
+from ._chain import (  # noqa: E402
+    MarkovChain as MarkovChain,
+    entropy_bounds as entropy_bounds,
+    stationary_distribution as stationary_distribution,
+)
+from ._integrate import (  # noqa: E402
+    DEFAULT_SOLVER as DEFAULT_SOLVER,
+    SOLVERS as SOLVERS,
+    GradientFlow as GradientFlow,
+    default_save_times as default_save_times,
+    default_tolerances as default_tolerances,
+    integrate as integrate,
+)
+from ._model import (  # noqa: E402
+    Params as Params,
+    attention as attention,
+    finite_context_logits as finite_context_logits,
+    finite_context_loss as finite_context_loss,
+    init_params as init_params,
+    population_logits as population_logits,
+    population_loss as population_loss,
+)
+from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+
+
+try:
+    __version__ = importlib.metadata.version("gradflow")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+unknown"

@@ -1,0 +1,378 @@
+r"""`gradflow.integrate`: the population gradient flow $\dot\theta = -\nabla L(\theta)$
+solved with Diffrax."""
+
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike
+
+from ._chain import MarkovChain
+from ._model import Params, _check_init_scale, init_params, population_loss
+from ._progress import DelayedTqdmProgressMeter
+from ._trajectory import Trajectory
+
+
+DEFAULT_T1 = 20_000.0
+DEFAULT_NUM_SAVES = 400
+DEFAULT_MAX_STEPS = 4_000_000
+
+# Diffrax solvers offered by name. Explicit ones for accuracy studies and
+# baselines; implicit ones for stiff problems.
+SOLVERS: dict[str, type[dfx.AbstractSolver]] = {
+    "tsit5": dfx.Tsit5,
+    "dopri5": dfx.Dopri5,
+    "dopri8": dfx.Dopri8,
+    "bosh3": dfx.Bosh3,
+    "kvaerno3": dfx.Kvaerno3,
+    "kvaerno5": dfx.Kvaerno5,
+}
+DEFAULT_SOLVER = "tsit5"
+
+
+class GradientFlow(eqx.Module):
+    r"""The vector field $f(t, \theta; \text{chain}) = -\nabla_\theta L(\theta)$.
+
+    The chain is passed as Diffrax `args` (data, not a closure), so solving a
+    new chain of the same size reuses the compiled solve.
+    """
+
+    def __call__(self, t, y: Params, args: MarkovChain) -> Params:
+        del t
+        grad = jax.grad(population_loss)(y, args)
+        return jax.tree.map(jnp.negative, grad)
+
+
+def _observe(t, y: Params, args: MarkovChain) -> dict[str, Any]:
+    del t
+    loss, grad = jax.value_and_grad(population_loss)(y, args)
+    grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
+    return {"loss": loss, "grad_norm": jnp.sqrt(grad_sq), "params": y}
+
+
+def default_save_times(t1: float, num: int = DEFAULT_NUM_SAVES) -> np.ndarray:
+    """`0` then `num - 1` log-spaced times from `t1 * 1e-5` to `t1`.
+
+    Plateaus and drops of the flow are evenly spread in $\\log t$ (each escape
+    takes a time $\\propto \\log(1/\\text{scale})$), so a log grid draws each
+    of them with the same resolution.
+    """
+    return np.concatenate([[0.0], np.geomspace(t1 * 1e-5, t1, num - 1)])
+
+
+def _resolve_solver(solver) -> tuple[dfx.AbstractSolver, str]:
+    if solver is None:
+        solver = DEFAULT_SOLVER
+    if isinstance(solver, str):
+        key = solver.lower()
+        if key not in SOLVERS:
+            raise ValueError(
+                f"unknown solver {solver!r}; choose one of {sorted(SOLVERS)} or pass "
+                "a diffrax.AbstractSolver instance"
+            )
+        return SOLVERS[key](), key
+    if isinstance(solver, dfx.AbstractSolver):
+        return solver, type(solver).__name__
+    raise TypeError(
+        f"solver must be a name or a diffrax.AbstractSolver, got {type(solver).__name__}"
+    )
+
+
+def _check_positive_finite(name: str, value, integer: bool = False):
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {name} = {value}")
+        return int(value)
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(out) or out <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {name} = {value!r}")
+    return out
+
+
+def _check_params(params, chain: MarkovChain, dtype) -> Params:
+    if not isinstance(params, Params):
+        raise TypeError(f"params must be a gradflow.Params, got {type(params).__name__}")
+    for name in ("W0", "W1", "WQ", "WK"):
+        if np.ndim(getattr(params, name)) != 2:
+            raise ValueError(
+                f"params.{name} must be 2-dimensional (one point, no time axis), got "
+                f"shape {np.shape(getattr(params, name))}"
+            )
+    if params.d != chain.d:
+        raise ValueError(
+            f"params are for d = {params.d} tokens (W0 has shape {params.W0.shape}) but "
+            f"the chain has d = {chain.d}"
+        )
+    for name in ("W0", "W1", "WQ", "WK"):
+        value = np.asarray(getattr(params, name))
+        if not np.isfinite(value).all():
+            i = tuple(int(k) for k in np.argwhere(~np.isfinite(value))[0])
+            raise ValueError(f"params.{name} has a non-finite entry at {i}: {value[i]}")
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=dtype), params)
+
+
+def _check_ts(ts, t1: float) -> np.ndarray:
+    ts = np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ValueError(f"ts must be a non-empty 1-D array of times, got shape {ts.shape}")
+    if not np.isfinite(ts).all():
+        raise ValueError(f"ts must be finite, got {ts[~np.isfinite(ts)][0]}")
+    if ts.size > 1 and not (np.diff(ts) > 0).all():
+        i = int(np.flatnonzero(np.diff(ts) <= 0)[0])
+        raise ValueError(
+            f"ts must be strictly increasing, but ts[{i}] = {ts[i]} and "
+            f"ts[{i + 1}] = {ts[i + 1]}"
+        )
+    if ts[0] < 0 or ts[-1] > t1:
+        raise ValueError(
+            f"ts must lie in [0, t1] = [0, {t1}], got values from {ts[0]} to {ts[-1]}"
+        )
+    return ts
+
+
+def _resolve_dtype(dtype):
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    return jnp.float64 if name == "float64" else jnp.float32
+
+
+def default_tolerances(dtype, scale: float) -> tuple[float, float]:
+    """Default `(rtol, atol)` for a dtype and the RMS size of the initial point.
+
+    `atol` is tied to the initial scale: a saddle escape grows from components
+    of size `init_scale`, which must be resolved to `rtol` relative accuracy.
+    """
+    rtol = 1e-8 if dtype == jnp.float64 else 1e-5
+    atol = rtol * min(1.0, scale) * 1e-2
+    floor = 1e-200 if dtype == jnp.float64 else 1e-30
+    return rtol, max(atol, floor)
+
+
+def _count_grad_evals(solver: dfx.AbstractSolver, stats: dict) -> int | None:
+    """Gradient evaluations made by the solver, from its step counts.
+
+    For an explicit Runge-Kutta method with `s` stages: `s` per attempted step
+    (`s - 1` if first-same-as-last), plus two for Diffrax's initial step-size
+    selection and one for the first stage of an FSAL method. `None` where the
+    count is not determined by the number of steps (implicit solvers).
+    """
+    if isinstance(solver, dfx.AbstractERK):
+        tableau = solver.tableau
+        stages = len(tableau.c) + 1
+        per_step = stages - 1 if tableau.fsal else stages
+        return per_step * int(stats["num_steps"]) + 2 + (1 if tableau.fsal else 0)
+    return None
+
+
+def _failure_message(result, t_reached: float, t1: float, max_steps: int) -> str:
+    text = str(getattr(result, "_value", result))
+    if result == dfx.RESULTS.max_steps_reached:
+        return (
+            f"the solver stopped at t = {t_reached:.6g} of t1 = {t1:.6g}: maximum "
+            f"number of steps ({max_steps}) reached. Raise max_steps, loosen "
+            "rtol/atol, or choose a stiff solver"
+        )
+    return (
+        f"the solver stopped at t = {t_reached:.6g} of t1 = {t1:.6g}: {text}. "
+        "Non-finite values usually mean init_scale is too large or the tolerances "
+        "too loose; try a smaller init_scale or tighter rtol/atol"
+    )
+
+
+@eqx.filter_jit
+def _solve(
+    solver, controller, params0, chain, t0, t1, ts, max_steps: int, meter
+) -> dfx.Solution:
+    saveat = dfx.SaveAt(
+        subs=[
+            dfx.SubSaveAt(ts=ts, fn=_observe),
+            dfx.SubSaveAt(t1=True, fn=_observe),
+        ]
+    )
+    return dfx.diffeqsolve(
+        dfx.ODETerm(GradientFlow()),
+        solver,
+        t0,
+        t1,
+        None,
+        params0,
+        args=chain,
+        saveat=saveat,
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=False,
+        progress_meter=meter,
+    )
+
+
+def integrate(
+    chain: MarkovChain,
+    init_scale: float | None = None,
+    *,
+    params: Params | None = None,
+    width: int = 16,
+    t1: float = DEFAULT_T1,
+    ts: ArrayLike | Sequence[float] | None = None,
+    seed: int = 0,
+    solver: str | dfx.AbstractSolver | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    progress: bool = True,
+    dtype: str = "float64",
+) -> Trajectory:
+    r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
+
+    Starts either from a random point (`init_scale`: every entry i.i.d.
+    $\mathcal{N}(0, \text{init\_scale}^2)$, shapes set by `chain.d` and
+    `width`) or from given `params`, and integrates to `t1` with an adaptive
+    Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
+    rate $\eta$ sits at $t = k\eta$.
+
+    Importing gradflow enables JAX's float64 mode (`jax_enable_x64`); the flow
+    is solved in float64 unless `dtype="float32"`.
+
+    **Arguments:**
+
+    - `chain`: a [`gradflow.MarkovChain`][].
+    - `init_scale`: standard deviation of the random initialisation; give
+      exactly one of `init_scale` and `params`.
+    - `params`: a [`gradflow.Params`][] to start from.
+    - `width`: the embedding width $m$ (ignored when `params` is given).
+    - `t1`: final time.
+    - `ts`: increasing save times in `[0, t1]`; by default
+      [`gradflow.default_save_times`][] (400 log-spaced times and `0`).
+    - `seed`: seed of the random initialisation.
+    - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance.
+    - `rtol`, `atol`: tolerances of the PID step-size controller; by default
+      `1e-8` and `1e-10 * min(1, scale)` in float64, where `scale` is the RMS
+      size of the initial parameters (see [`gradflow.default_tolerances`][]).
+    - `max_steps`: the most solver steps before giving up (partial results are
+      returned, not lost).
+    - `progress`: show a progress bar when the solve takes longer than 2 s.
+    - `dtype`: `"float64"` (default) or `"float32"`.
+
+    **Returns:** a [`gradflow.Trajectory`][]. If the solver stops early,
+    `traj.ok` is `False`, `traj.message` says why and what to change, and the
+    trajectory holds everything up to the last time reached.
+
+    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
+    bad input, before anything is compiled.
+
+    **Example:**
+
+    ```python
+    import gradflow as gf
+    traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
+    traj.loss[-1], traj.chain.conditional_entropy
+    ```
+    """
+    start = time.perf_counter()
+    if not isinstance(chain, MarkovChain):
+        raise TypeError(
+            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}; "
+            "wrap a transition matrix as gf.MarkovChain(P)"
+        )
+    if (init_scale is None) == (params is None):
+        raise ValueError(
+            "give exactly one of init_scale (random start) and params (given start), "
+            f"got init_scale={init_scale!r} and params={'None' if params is None else '...'}"
+        )
+    jdtype = _resolve_dtype(dtype)
+    t1 = _check_positive_finite("t1", t1)
+    max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
+    width = _check_positive_finite("width", width, integer=True)
+    solver_obj, solver_name = _resolve_solver(solver)
+    ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
+    if params is None:
+        init_scale = _check_init_scale(init_scale)
+        params0 = init_params(chain.d, width, init_scale, seed, dtype=jdtype)
+    else:
+        params0 = _check_params(params, chain, jdtype)
+        width = params0.m
+    scale = float(
+        np.sqrt(np.mean(np.concatenate([np.ravel(x) ** 2 for x in jax.tree.leaves(params0)])))
+    )
+    default_rtol, default_atol = default_tolerances(jdtype, scale if scale > 0 else 1.0)
+    rtol = default_rtol if rtol is None else _check_positive_finite("rtol", rtol)
+    atol = default_atol if atol is None else _check_positive_finite("atol", atol)
+    if rtol >= 1:
+        raise ValueError(f"rtol must be < 1, got rtol = {rtol}")
+    if jdtype == jnp.float32 and rtol < 1e-6:
+        warnings.warn(
+            f"rtol = {rtol:g} is below what float32 can honour (about 1e-6); the "
+            "solver may fail to meet it. Use dtype='float64' or rtol >= 1e-6.",
+            UserWarning,
+            stacklevel=2,
+        )
+    chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
+    controller = dfx.PIDController(rtol=rtol, atol=atol)
+    meter = DelayedTqdmProgressMeter() if progress else dfx.NoProgressMeter()
+
+    sol = _solve(
+        solver_obj,
+        controller,
+        params0,
+        chain_dt,
+        jnp.asarray(0.0, jdtype),
+        jnp.asarray(t1, jdtype),
+        jnp.asarray(ts_np, jdtype),
+        max_steps,
+        meter,
+    )
+    saved, last = sol.ys
+    ts_saved = np.asarray(sol.ts[0], dtype=np.float64)
+    t_last = float(np.asarray(sol.ts[1])[0])
+    keep = np.isfinite(ts_saved) & np.isfinite(np.asarray(saved["loss"]))
+    observed = jax.tree.map(lambda x: np.asarray(x)[keep], saved)
+    ts_out = ts_saved[keep]
+    ok = bool(sol.result == dfx.RESULTS.successful)
+    message = ""
+    if not ok:
+        message = _failure_message(sol.result, t_last, t1, max_steps)
+        last_np = jax.tree.map(lambda x: np.asarray(x)[0], last)
+        if np.isfinite(last_np["loss"]) and (ts_out.size == 0 or t_last > ts_out[-1]):
+            # Keep the last state reached, so no computed work is lost.
+            observed = jax.tree.map(
+                lambda a, b: np.concatenate([a, b[None]]), observed, last_np
+            )
+            ts_out = np.append(ts_out, t_last)
+    stats = {k: int(v) for k, v in sol.stats.items() if np.ndim(v) == 0}
+    stats["num_grad_evals"] = _count_grad_evals(solver_obj, stats)
+    stats["wall_time"] = time.perf_counter() - start
+    settings = {
+        "width": int(width),
+        "init_scale": None if init_scale is None else float(init_scale),
+        "seed": int(seed),
+        "t1": t1,
+        "solver": solver_name,
+        "rtol": rtol,
+        "atol": atol,
+        "max_steps": max_steps,
+        "dtype": np.dtype(jdtype).name,
+        "num_saves": int(ts_np.size),
+    }
+    return Trajectory(
+        ts=ts_out,
+        loss=observed["loss"],
+        grad_norm=observed["grad_norm"],
+        params=observed["params"],
+        chain=chain,
+        settings=settings,
+        stats=stats,
+        ok=ok,
+        message=message,
+    )

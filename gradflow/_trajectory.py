@@ -1,0 +1,221 @@
+"""Solved trajectories: the result of [`gradflow.integrate`][], saved and loaded
+with their chain, settings and gradflow version."""
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from ._chain import MarkovChain
+from ._model import Params
+
+
+FORMAT_NAME = "gradflow-trajectory"
+FORMAT_VERSION = 1
+_PARAM_NAMES = ("W0", "W1", "WQ", "WK")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class Trajectory(eqx.Module):
+    """A solved population gradient flow.
+
+    **Fields:**
+
+    - `ts`: save times, shape `(T,)`, increasing, starting at 0.
+    - `loss`, `grad_norm`: the population loss and $|\\nabla L|$ at `ts`.
+    - `params`: a [`gradflow.Params`][] with a leading time axis of length `T`;
+      `traj.params[-1]` is the last saved point.
+    - `chain`: the [`gradflow.MarkovChain`][] that was solved.
+    - `settings`: every setting of the solve (width, init_scale, seed, t1,
+      solver, tolerances, ...), enough to re-run it.
+    - `stats`: `num_steps`, `num_accepted_steps`, `num_rejected_steps`,
+      `num_grad_evals`, `wall_time` (seconds, compile included) and
+      `compile_time`.
+    - `ok`: whether the solve reached `t1`; `message`: what happened if not,
+      and what to change.
+    - `stages`, `events`: tuples of records (filled by stage detection).
+    - `extras`: further saved arrays (diagnostics), keyed by name.
+    """
+
+    ts: np.ndarray
+    loss: np.ndarray
+    grad_norm: np.ndarray
+    params: Params
+    chain: MarkovChain
+    settings: dict[str, Any]
+    stats: dict[str, Any]
+    ok: bool = True
+    message: str = ""
+    stages: tuple = ()
+    events: tuple = ()
+    extras: dict[str, np.ndarray] = eqx.field(default_factory=dict)
+
+    @property
+    def final_params(self) -> Params:
+        """The last saved parameters."""
+        return self.params[-1]
+
+    @property
+    def t_final(self) -> float:
+        """The last time reached (`settings["t1"]` when `ok`)."""
+        return float(self.ts[-1])
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    def __repr__(self) -> str:
+        status = "ok" if self.ok else f"FAILED: {self.message}"
+        return (
+            f"Trajectory(d={self.chain.d}, m={self.params.m}, {len(self)} saves, "
+            f"t in [0, {self.t_final:g}], loss {self.loss[0]:.6g} -> "
+            f"{self.loss[-1]:.6g}, {status})"
+        )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Writes the trajectory to `path` (a `.npz` file), atomically.
+
+        Everything is stored: arrays, chain, settings, stats, stages, events and
+        the gradflow version. Read it back with [`gradflow.load`][].
+        """
+        path = Path(path)
+        meta = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "gradflow_version": _version(),
+            "settings": self.settings,
+            "stats": self.stats,
+            "ok": bool(self.ok),
+            "message": self.message,
+            "tokens": list(self.chain.tokens) if self.chain.tokens else None,
+            "stages": [dict(s) if isinstance(s, dict) else _record(s) for s in self.stages],
+            "events": [dict(e) if isinstance(e, dict) else _record(e) for e in self.events],
+            "extras": sorted(self.extras),
+        }
+        arrays = {
+            "ts": np.asarray(self.ts),
+            "loss": np.asarray(self.loss),
+            "grad_norm": np.asarray(self.grad_norm),
+            "P": np.asarray(self.chain.P),
+            **{f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES},
+            **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
+        }
+        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+        atomic_write(path, lambda f: np.savez(f, **arrays))
+        return path
+
+
+def _record(obj) -> dict:
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    return dict(vars(obj))
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if hasattr(obj, "dtype") and hasattr(obj, "tolist"):
+        return np.asarray(obj).tolist()
+    return str(obj)
+
+
+def atomic_write(path: Path, write) -> None:
+    """Writes through a temporary file in the same folder, then renames it, so
+    that a crash never leaves a half-written file under `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_npz_with_meta(path: str | os.PathLike, expected_format: str) -> tuple[dict, dict]:
+    """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
+    error for a missing, truncated, foreign or too-new file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: '{path}'")
+    if path.is_dir():
+        raise ValueError(f"'{path}' is a directory, not a gradflow {expected_format} file")
+    try:
+        raw = path.read_bytes()
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except Exception as e:
+        raise ValueError(
+            f"'{path}' is not a gradflow {expected_format} file (it could not be "
+            f"read as a NumPy .npz archive: {type(e).__name__}: {e}); it may be "
+            "truncated or of another format"
+        ) from None
+    if "__gradflow__" not in arrays:
+        raise ValueError(
+            f"'{path}' is not a gradflow {expected_format} file (no gradflow metadata)"
+        )
+    try:
+        meta = json.loads(str(arrays.pop("__gradflow__")))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"'{path}' has corrupt gradflow metadata: {e}") from None
+    if meta.get("format") != expected_format:
+        raise ValueError(
+            f"'{path}' is a gradflow {meta.get('format')!r} file, not a "
+            f"{expected_format!r} file"
+        )
+    return meta, arrays
+
+
+def load(path: str | os.PathLike) -> Trajectory:
+    """Loads a trajectory written by [`gradflow.Trajectory.save`][].
+
+    **Raises:** `FileNotFoundError` if `path` does not exist; `ValueError` naming
+    the file if it is not a gradflow trajectory, is truncated, or was written
+    by an incompatible (newer) file-format version.
+    """
+    meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(
+            f"'{path}' was written with trajectory format version {version} by "
+            f"gradflow {meta.get('gradflow_version')}; this gradflow "
+            f"({_version()}) reads format versions <= {FORMAT_VERSION}: upgrade gradflow"
+        )
+    try:
+        chain = MarkovChain(arrays["P"], tokens=meta.get("tokens"))
+        params = Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES))
+        extras = {k: arrays[f"extra_{k}"] for k in meta.get("extras", [])}
+        return Trajectory(
+            ts=arrays["ts"],
+            loss=arrays["loss"],
+            grad_norm=arrays["grad_norm"],
+            params=params,
+            chain=chain,
+            settings=meta["settings"],
+            stats=meta["stats"],
+            ok=bool(meta["ok"]),
+            message=meta["message"],
+            stages=tuple(meta.get("stages", ())),
+            events=tuple(meta.get("events", ())),
+            extras=extras,
+        )
+    except KeyError as e:
+        raise ValueError(f"'{path}' is an incomplete gradflow trajectory: missing {e}") from None

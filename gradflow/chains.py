@@ -1,0 +1,141 @@
+r"""Families of Markov chains used in the study and the tests.
+
+Every function returns a validated [`gradflow.MarkovChain`][].
+
+- [`sticky`][gradflow.chains.sticky]: one frequent token, `d - 1` rare ones
+  with a small asymmetry `delta`, and a probability `rho` of repeating the
+  current token (the paper's scenario).
+- [`zipf`][gradflow.chains.zipf]: a Zipf-distributed vocabulary.
+- [`random`][gradflow.chains.random]: random rows (Dirichlet) around a Zipf
+  profile: a chain with genuine bigram structure.
+"""
+
+import numpy as np
+
+from ._chain import MarkovChain
+
+
+def _check_d(d: int, least: int = 2) -> int:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise TypeError(f"d must be an integer, got {d!r}")
+    if d < least:
+        raise ValueError(f"d must be at least {least}, got d = {d}")
+    return int(d)
+
+
+def _check_open_unit(name: str, value: float, low_closed: bool = False) -> float:
+    value = float(value)
+    ok = (0 <= value < 1) if low_closed else (0 < value < 1)
+    if not np.isfinite(value) or not ok:
+        interval = "[0, 1)" if low_closed else "(0, 1)"
+        raise ValueError(f"{name} must lie in {interval}, got {name} = {value}")
+    return value
+
+
+def _sticky_matrix(pi: np.ndarray, rho: float) -> np.ndarray:
+    """$P = (1 - \\rho) \\mathbf{1} \\pi^T + \\rho I$: its stationary law is `pi`."""
+    d = pi.shape[0]
+    return (1.0 - rho) * np.outer(np.ones(d), pi) + rho * np.eye(d)
+
+
+def sticky_pi(d: int, top_mass: float, delta: float) -> np.ndarray:
+    """The stationary distribution of [`sticky`][gradflow.chains.sticky]."""
+    pi = np.empty(d)
+    pi[0] = top_mass
+    pi[1:] = (1.0 - top_mass) / (d - 1) * (1.0 + delta * np.linspace(1.0, -1.0, d - 1))
+    return pi / pi.sum()
+
+
+def sticky(
+    d: int = 6, top_mass: float = 0.5, rho: float = 0.5, delta: float = 0.05
+) -> MarkovChain:
+    r"""The paper's chain: one frequent token, `d - 1` nearly equal rare ones.
+
+    $\pi$ is `(top_mass, the rest shared equally)`, the rare part scaled by
+    `1 + delta * linspace(1, -1, d - 1)` and the whole renormalised; then
+    $P = (1 - \rho)\,\mathbf{1}\pi^\top + \rho I$, so that each token repeats
+    with extra probability `rho` and $\pi$ stays stationary.
+
+    `delta` is the asymmetry among rare tokens that lifts the degenerate
+    critical point and opens a new embedding direction; `delta = 0` leaves the
+    rare tokens exactly symmetric.
+
+    **Arguments:**
+
+    - `d`: vocabulary size, at least 2.
+    - `top_mass`: stationary probability of token 0, in (0, 1).
+    - `rho`: extra probability of repeating the current token, in [0, 1).
+    - `delta`: asymmetry among the rare tokens, in (-1, 1).
+
+    **Example:** `gf.chains.sticky(6, 0.5, 0.5, 0.05)`
+    """
+    d = _check_d(d)
+    top_mass = _check_open_unit("top_mass", top_mass)
+    rho = _check_open_unit("rho", rho, low_closed=True)
+    delta = float(delta)
+    if not np.isfinite(delta) or abs(delta) >= 1:
+        raise ValueError(f"delta must lie in (-1, 1), got delta = {delta}")
+    return MarkovChain(_sticky_matrix(sticky_pi(d, top_mass, delta), rho))
+
+
+def zipf_profile(d: int, exponent: float = 1.0) -> np.ndarray:
+    r"""$z_k \propto (k + 1)^{-s}$, normalised: the Zipf law of rank `k`."""
+    z = np.arange(1, d + 1, dtype=np.float64) ** (-float(exponent))
+    return z / z.sum()
+
+
+def zipf(d: int = 8, exponent: float = 1.0, rho: float = 0.0) -> MarkovChain:
+    r"""A chain whose stationary law is Zipf: $\pi_k \propto (k+1)^{-s}$.
+
+    $P = (1 - \rho)\,\mathbf{1}\pi^\top + \rho I$, as in
+    [`sticky`][gradflow.chains.sticky]. With `rho = 0` tokens are i.i.d.
+
+    **Arguments:**
+
+    - `d`: vocabulary size, at least 2.
+    - `exponent`: the Zipf exponent $s \ge 0$ ($s = 0$ is uniform).
+    - `rho`: extra probability of repeating the current token, in [0, 1).
+    """
+    d = _check_d(d)
+    exponent = float(exponent)
+    if not np.isfinite(exponent) or exponent < 0:
+        raise ValueError(f"exponent must be finite and >= 0, got {exponent}")
+    rho = _check_open_unit("rho", rho, low_closed=True)
+    return MarkovChain(_sticky_matrix(zipf_profile(d, exponent), rho))
+
+
+def random(
+    d: int = 8,
+    *,
+    seed: int = 0,
+    concentration: float = 1.0,
+    exponent: float = 1.0,
+) -> MarkovChain:
+    r"""Random rows around a Zipf profile: a chain with real bigram structure.
+
+    Each row is drawn independently, $P_{i\cdot} \sim
+    \mathrm{Dirichlet}(\text{concentration} \cdot d \cdot z)$, with $z$ the
+    Zipf profile of `exponent`. Rows have mean $z$; a large `concentration`
+    makes every row close to $z$, a small one makes rows sparse and different.
+    Entries are floored at `1e-12` (then renormalised) so the chain is always
+    irreducible and aperiodic.
+
+    **Arguments:**
+
+    - `d`: vocabulary size, at least 2.
+    - `seed`: NumPy seed; the same seed gives the same chain everywhere.
+    - `concentration`: Dirichlet concentration per token, > 0.
+    - `exponent`: Zipf exponent of the mean row.
+    """
+    d = _check_d(d)
+    concentration = float(concentration)
+    if not np.isfinite(concentration) or concentration <= 0:
+        raise ValueError(f"concentration must be > 0, got {concentration}")
+    rng = np.random.default_rng(seed)
+    alpha = concentration * d * zipf_profile(d, exponent)
+    P = rng.dirichlet(alpha, size=d)
+    P = np.maximum(P, 1e-12)
+    return MarkovChain(P / P.sum(axis=1, keepdims=True))
+
+
+__all__ = ["random", "sticky", "sticky_pi", "zipf", "zipf_profile"]
