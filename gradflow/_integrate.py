@@ -161,14 +161,20 @@ def default_tolerances(dtype, scale: float) -> tuple[float, float]:
     return rtol, max(atol, floor)
 
 
-def _count_grad_evals(solver: dfx.AbstractSolver, stats: dict) -> int | None:
-    """Gradient evaluations made by the solver, from its step counts.
+def _count_grad_evals(
+    solver: dfx.AbstractSolver, stats: dict, solver_state: Any = None
+) -> int | None:
+    """Gradient evaluations made by the solver.
 
-    For an explicit Runge-Kutta method with `s` stages: `s` per attempted step
-    (`s - 1` if first-same-as-last), plus two for Diffrax's initial step-size
-    selection and one for the first stage of an FSAL method. `None` where the
-    count is not determined by the number of steps (implicit solvers).
+    A solver that counts its own evaluations exposes
+    `solver.num_grad_evals(solver_state)` (the final solver state is saved for
+    this). For an explicit Runge-Kutta method with `s` stages: `s` per
+    attempted step (`s - 1` if first-same-as-last), plus two for Diffrax's
+    initial step-size selection and one for the first stage of an FSAL method.
+    `None` where the count is not known (Diffrax's implicit solvers).
     """
+    if hasattr(solver, "num_grad_evals"):
+        return int(solver.num_grad_evals(solver_state))
     if isinstance(solver, dfx.AbstractERK):
         tableau = solver.tableau
         stages = len(tableau.c) + 1
@@ -200,7 +206,8 @@ def _solve(
         subs=[
             dfx.SubSaveAt(ts=ts, fn=_observe),
             dfx.SubSaveAt(t1=True, fn=_observe),
-        ]
+        ],
+        solver_state=True,
     )
     return dfx.diffeqsolve(
         dfx.ODETerm(GradientFlow()),
@@ -351,7 +358,7 @@ def integrate(
             )
             ts_out = np.append(ts_out, t_last)
     stats = {k: int(v) for k, v in sol.stats.items() if np.ndim(v) == 0}
-    stats["num_grad_evals"] = _count_grad_evals(solver_obj, stats)
+    stats["num_grad_evals"] = _count_grad_evals(solver_obj, stats, sol.solver_state)
     stats["wall_time"] = time.perf_counter() - start
     settings = {
         "width": int(width),
