@@ -154,7 +154,7 @@ def _validate_transition(P: ArrayLikeMatrix, atol: float) -> np.ndarray:
     if negative.any():
         i, j = np.argwhere(negative)[0]
         raise ValueError(
-            f"transition matrix P has a negative entry: P[{i}, {j}] = {array[i, j]!r}"
+            f"transition matrix P has a negative entry: P[{i}, {j}] = {float(array[i, j])!r}"
             f" ({int(negative.sum())} negative entries in all)"
         )
     sums = array.sum(axis=1)
@@ -162,13 +162,17 @@ def _validate_transition(P: ArrayLikeMatrix, atol: float) -> np.ndarray:
     if off.any():
         i = int(np.flatnonzero(off)[0])
         raise ValueError(
-            f"row {i} of transition matrix P sums to {sums[i]!r}, not 1 (tolerance "
+            f"row {i} of transition matrix P sums to {float(sums[i])!r}, not 1 (tolerance "
             f"{atol:g}; {int(off.sum())} rows off); normalise counts with "
             "P / P.sum(axis=1, keepdims=True)"
         )
     _check_irreducible_aperiodic(array)
-    # Rows are exactly normalised so that pi and the loss see a stochastic matrix.
-    return array / sums[:, None]
+    # Rows off by more than round-off are renormalised so that pi and the loss
+    # see a stochastic matrix; a matrix already stochastic to round-off is kept
+    # bit for bit (saving and loading a chain must not change it).
+    roundoff = 8 * np.finfo(np.float64).eps * array.shape[0]
+    scale = np.where(np.abs(sums - 1.0) > roundoff, sums, 1.0)
+    return array / scale[:, None]
 
 
 def stationary_distribution(P: np.ndarray) -> np.ndarray:
@@ -190,6 +194,21 @@ def stationary_distribution(P: np.ndarray) -> np.ndarray:
     return pi / pi.sum()
 
 
+def _check_known_pi(pi: ArrayLikeMatrix, P: np.ndarray) -> np.ndarray:
+    pi = np.asarray(pi, dtype=np.float64)
+    if pi.shape != (P.shape[0],):
+        raise ValueError(f"pi must have shape ({P.shape[0]},), got {pi.shape}")
+    if not (np.all(np.isfinite(pi)) and np.all(pi > 0)):
+        raise ValueError(f"pi must be finite and > 0, got min {pi.min()!r}")
+    residual = float(np.max(np.abs(pi @ P - pi)))
+    if abs(pi.sum() - 1) > 1e-12 or residual > 1e-12:
+        raise ValueError(
+            f"pi is not the stationary distribution of P: sum(pi) = {pi.sum()!r}, "
+            f"max |pi P - pi| = {residual:.3g}"
+        )
+    return pi
+
+
 class MarkovChain(eqx.Module):
     r"""An irreducible, aperiodic Markov chain on tokens $0, \dots, d-1$.
 
@@ -205,6 +224,10 @@ class MarkovChain(eqx.Module):
     - `P`: a $d \times d$ array-like of transition probabilities.
     - `tokens`: optional labels, one string per token (kept for figures).
     - `atol`: tolerance on each row sum; rows within it are renormalised.
+    - `pi`: optional known stationary distribution (checked: $|\pi P - \pi|
+      \le 10^{-12}$); families that know it exactly pass it, so that exact
+      symmetries of $\pi$ survive (a linear solve would break them by
+      round-off).
 
     **Raises:**
 
@@ -232,8 +255,13 @@ class MarkovChain(eqx.Module):
         tokens: Sequence[str] | None = None,
         *,
         atol: float = _ROW_SUM_ATOL,
+        pi: ArrayLikeMatrix | None = None,
     ):
         matrix = _validate_transition(P, atol)
+        if pi is None:
+            pi = stationary_distribution(matrix)
+        else:
+            pi = _check_known_pi(pi, matrix)
         if tokens is not None:
             if isinstance(tokens, str):
                 raise TypeError("tokens must be a sequence of strings, got one string")
@@ -244,7 +272,7 @@ class MarkovChain(eqx.Module):
                     f"{matrix.shape[0]} tokens"
                 )
         self.P = jnp.asarray(matrix, dtype=jnp.float64)
-        self.pi = jnp.asarray(stationary_distribution(matrix), dtype=jnp.float64)
+        self.pi = jnp.asarray(pi, dtype=jnp.float64)
         self.tokens = tokens
 
     @property

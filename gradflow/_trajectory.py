@@ -106,6 +106,7 @@ class Trajectory(eqx.Module):
             "loss": np.asarray(self.loss),
             "grad_norm": np.asarray(self.grad_norm),
             "P": np.asarray(self.chain.P),
+            "pi": np.asarray(self.chain.pi),
             **{f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES},
             **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
         }
@@ -200,7 +201,7 @@ def load(path: str | os.PathLike) -> Trajectory:
             f"({_version()}) reads format versions <= {FORMAT_VERSION}: upgrade gradflow"
         )
     try:
-        chain = MarkovChain(arrays["P"], tokens=meta.get("tokens"))
+        chain = MarkovChain(arrays["P"], tokens=meta.get("tokens"), pi=arrays["pi"])
         params = Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES))
         extras = {k: arrays[f"extra_{k}"] for k in meta.get("extras", [])}
         return Trajectory(

@@ -75,7 +75,8 @@ def sticky(
     delta = float(delta)
     if not np.isfinite(delta) or abs(delta) >= 1:
         raise ValueError(f"delta must lie in (-1, 1), got delta = {delta}")
-    return MarkovChain(_sticky_matrix(sticky_pi(d, top_mass, delta), rho))
+    pi = sticky_pi(d, top_mass, delta)
+    return MarkovChain(_sticky_matrix(pi, rho), pi=pi)
 
 
 def zipf_profile(d: int, exponent: float = 1.0) -> np.ndarray:
@@ -101,7 +102,8 @@ def zipf(d: int = 8, exponent: float = 1.0, rho: float = 0.0) -> MarkovChain:
     if not np.isfinite(exponent) or exponent < 0:
         raise ValueError(f"exponent must be finite and >= 0, got {exponent}")
     rho = _check_open_unit("rho", rho, low_closed=True)
-    return MarkovChain(_sticky_matrix(zipf_profile(d, exponent), rho))
+    pi = zipf_profile(d, exponent)
+    return MarkovChain(_sticky_matrix(pi, rho), pi=pi)
 
 
 def random(

@@ -1,0 +1,137 @@
+import numpy as np
+import pytest
+
+import gradflow as gf
+
+
+def test_pi_is_stationary_and_exact():
+    for seed in range(5):
+        chain = gf.chains.random(12, seed=seed, concentration=0.5)
+        P, pi = np.asarray(chain.P), np.asarray(chain.pi)
+        assert np.all(pi > 0)
+        assert abs(pi.sum() - 1) < 1e-14
+        assert np.max(np.abs(pi @ P - pi)) < 1e-14
+
+
+def test_pi_two_state_closed_form():
+    a, b = 0.3, 0.05
+    chain = gf.MarkovChain([[1 - a, a], [b, 1 - b]])
+    np.testing.assert_allclose(chain.pi, [b / (a + b), a / (a + b)], rtol=1e-15)
+
+
+def test_sticky_matches_spec():
+    d, top, rho, delta = 6, 0.5, 0.5, 0.05
+    chain = gf.chains.sticky(d, top, rho, delta)
+    rest = (1 - top) / (d - 1) * (1 + delta * np.linspace(1, -1, d - 1))
+    pi = np.concatenate([[top], rest])
+    pi = pi / pi.sum()
+    np.testing.assert_allclose(chain.pi, pi, rtol=1e-13)
+    P = (1 - rho) * np.outer(np.ones(d), pi) + rho * np.eye(d)
+    np.testing.assert_allclose(chain.P, P, rtol=1e-15)
+    # delta = 0: the rare tokens are exactly symmetric
+    sym = gf.chains.sticky(d, top, rho, 0.0)
+    assert np.ptp(np.asarray(sym.pi)[1:]) == 0
+
+
+def test_zipf_and_random_families():
+    z = gf.chains.zipf(8, exponent=1.0)
+    ranks = np.arange(1, 9)
+    np.testing.assert_allclose(z.pi, (1 / ranks) / np.sum(1 / ranks), rtol=1e-13)
+    r1 = gf.chains.random(8, seed=3)
+    r2 = gf.chains.random(8, seed=3)
+    r3 = gf.chains.random(8, seed=4)
+    np.testing.assert_array_equal(r1.P, r2.P)
+    assert not np.allclose(r1.P, r3.P)
+    assert np.all(np.asarray(r1.P) > 0)
+
+
+def test_entropies():
+    chain = gf.chains.sticky(5, 0.4, 0.3, 0.1)
+    pi, P = np.asarray(chain.pi), np.asarray(chain.P)
+    assert float(chain.unigram_entropy) == pytest.approx(-np.sum(pi * np.log(pi)), rel=1e-14)
+    cond = -np.sum(pi[:, None] * P * np.log(P))
+    assert float(chain.conditional_entropy) == pytest.approx(cond, rel=1e-14)
+    assert float(chain.conditional_entropy) <= float(chain.unigram_entropy) <= np.log(5)
+
+
+def test_tokens():
+    chain = gf.MarkovChain([[0.5, 0.5], [0.2, 0.8]], tokens=["a", "b"])
+    assert chain.tokens == ("a", "b") and chain.label(1) == "b"
+    assert gf.MarkovChain([[0.5, 0.5], [0.2, 0.8]]).label(1) == "1"
+    with pytest.raises(ValueError, match="got 3 token labels for a chain of d = 2"):
+        gf.MarkovChain([[0.5, 0.5], [0.2, 0.8]], tokens=["a", "b", "c"])
+
+
+def test_rows_renormalised_within_tolerance():
+    P = np.array([[0.5, 0.5 + 1e-10], [0.2, 0.8]])
+    chain = gf.MarkovChain(P)
+    np.testing.assert_allclose(np.asarray(chain.P).sum(axis=1), 1.0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "P, error, match",
+    [
+        ([[0.5, np.nan], [0.5, 0.5]], ValueError, r"non-finite entry: P\[0, 1\] = nan"),
+        ([[0.5, np.inf], [0.5, 0.5]], ValueError, r"non-finite entry: P\[0, 1\] = inf"),
+        ([[1.2, -0.2], [0.5, 0.5]], ValueError, r"negative entry: P\[0, 1\] = -0.2"),
+        ([[0.5, 0.4], [0.5, 0.5]], ValueError, r"row 0 of transition matrix P sums to 0.9"),
+        ([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], ValueError, r"must be square, got shape \(2, 3\)"),
+        ([[1.0]], ValueError, r"need at least d = 2 tokens, got d = 1"),
+        ([0.5, 0.5], ValueError, r"must be 2-dimensional, got shape \(2,\)"),
+        (np.ones((2, 2, 2)) / 2, ValueError, r"must be 2-dimensional, got shape \(2, 2, 2\)"),
+        (np.zeros((0, 0)), ValueError, r"is empty \(shape \(0, 0\)\)"),
+        ([["a", "b"], ["c", "d"]], TypeError, r"must hold real numbers, got an array of dtype <U1"),
+        (np.array([[0.5, 0.5], [0.5, None]], dtype=object), TypeError, "dtype object"),
+        ([[0.5, 0.5j], [0.5, 0.5]], TypeError, "must be real"),
+        ([[0.5, 0.5], [0.5]], ValueError, "could not be read as an array"),
+        (
+            [[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, 0.5, 0.5]],
+            ValueError,
+            r"reducible .* 2 communicating classes: \{0\}; \{1, 2\}",
+        ),
+        ([[0.0, 1.0], [1.0, 0.0]], ValueError, "periodic with period 2"),
+        (
+            [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0]],
+            ValueError,
+            "periodic with period 4",
+        ),
+    ],
+)
+def test_invalid_chains(P, error, match):
+    with pytest.raises(error, match=match):
+        gf.MarkovChain(P)
+
+
+def test_aperiodic_with_cycles_of_coprime_length():
+    # cycles of length 2 and 3 through token 0: gcd 1, aperiodic
+    P = np.zeros((4, 4))
+    P[0, 1] = P[0, 2] = 0.5
+    P[1, 0] = 1
+    P[2, 3] = 1
+    P[3, 0] = 1
+    chain = gf.MarkovChain(P)
+    assert np.max(np.abs(np.asarray(chain.pi) @ P - np.asarray(chain.pi))) < 1e-15
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: gf.chains.sticky(1), "d must be at least 2, got d = 1"),
+        (lambda: gf.chains.sticky(6, top_mass=1.5), r"top_mass must lie in \(0, 1\), got top_mass = 1.5"),
+        (lambda: gf.chains.sticky(6, rho=1.0), r"rho must lie in \[0, 1\), got rho = 1.0"),
+        (lambda: gf.chains.sticky(6, delta=1.0), r"delta must lie in \(-1, 1\), got delta = 1.0"),
+        (lambda: gf.chains.zipf(4, exponent=-1), "exponent must be finite and >= 0, got -1.0"),
+        (lambda: gf.chains.random(4, concentration=0), "concentration must be > 0, got 0.0"),
+    ],
+)
+def test_invalid_family_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_known_pi_is_checked():
+    P = np.array([[0.9, 0.1], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="pi is not the stationary distribution"):
+        gf.MarkovChain(P, pi=[0.5, 0.5])
+    chain = gf.MarkovChain(P, pi=[5 / 6, 1 / 6])
+    np.testing.assert_allclose(chain.pi, gf.MarkovChain(P).pi, rtol=1e-14)

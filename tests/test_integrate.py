@@ -1,0 +1,291 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_params, tree_allclose
+from scipy.integrate import cumulative_simpson, solve_ivp
+
+import gradflow as gf
+from reference import flatten, loss_and_grad, unflatten
+
+
+STICKY = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+
+
+@pytest.fixture(scope="module")
+def condensation():
+    """The paper's chain through condensation and the unigram plateau."""
+    return gf.integrate(STICKY, 1e-3, width=8, t1=80.0, progress=False)
+
+
+def test_first_plateau_is_unigram_entropy(condensation):
+    traj = condensation
+    assert traj.ok, traj.message
+    assert traj.loss[0] == pytest.approx(np.log(6), abs=1e-5)
+    escaped = traj.loss < np.log(6) - 0.05
+    # the plateau: the slowest point after escaping the origin
+    k = np.flatnonzero(escaped)[np.argmin(traj.grad_norm[escaped])]
+    assert abs(traj.loss[k] - float(STICKY.unigram_entropy)) < 1e-3
+    assert np.all(traj.loss >= float(STICKY.conditional_entropy))
+
+
+def test_condensation_alignment_and_frozen_attention(condensation):
+    """At the end of condensation (loss within 0.01 of H(pi)) W0 is rank one
+    along pi and has grown ~1000x, while WQ, WK are still of their initial
+    size: their driving term is of higher order. (They have moved by ~20 %
+    relative by then, which starts the focus stage: the strict < 1 % holds only
+    near the origin, see test_linear_regime_growth_rate_and_directions.)"""
+    traj = condensation
+    k = int(np.flatnonzero(traj.loss < float(STICKY.unigram_entropy) + 0.01)[0])
+    p0, pk = traj.params[0], traj.params[k]
+    pi = np.asarray(STICKY.pi)
+    W0 = np.asarray(pk.W0)
+    # rows of W0 align with pi: |W0 pi| / (|W0|_F |pi|) = 1 iff every row is ∝ pi
+    cos = np.linalg.norm(W0 @ pi) / (np.linalg.norm(W0) * np.linalg.norm(pi))
+    assert cos >= 0.999
+    assert np.linalg.norm(W0) / np.linalg.norm(p0.W0) > 100
+    for name in ("WQ", "WK"):
+        a, b = np.asarray(getattr(p0, name)), np.asarray(getattr(pk, name))
+        assert 0.5 < np.linalg.norm(b) / np.linalg.norm(a) < 2
+
+
+def test_linear_regime_growth_rate_and_directions():
+    chain = gf.chains.random(5, seed=7, concentration=0.5)
+    pi = np.asarray(chain.pi)
+    c = pi - 1 / chain.d
+    sigma = np.linalg.norm(c) * np.linalg.norm(pi)
+    ts = np.linspace(0, 12 / sigma, 200)
+    traj = gf.integrate(chain, 1e-8, width=6, t1=float(ts[-1]), ts=ts, progress=False)
+    n0 = np.linalg.norm(traj.params.W0, axis=(1, 2))
+    n1 = np.linalg.norm(traj.params.W1, axis=(1, 2))
+    # the growing mode dominates once the norm is 1e3 x the initial size, and the
+    # flow is linear while the norm is << 1
+    for n in (n0, n1):
+        window = (n > 1e-5) & (n < 1e-3)
+        assert window.sum() > 20
+        rate = np.polyfit(traj.ts[window], np.log(n[window]), 1)[0]
+        assert rate == pytest.approx(sigma, rel=0.02)
+    k = np.flatnonzero(n0 < 1e-3)[-1]
+    W0, W1 = np.asarray(traj.params.W0[k]), np.asarray(traj.params.W1[k])
+    assert np.linalg.norm(W0 @ pi) / (np.linalg.norm(W0) * np.linalg.norm(pi)) > 0.999
+    assert np.linalg.norm(W1.T @ c) / (np.linalg.norm(W1) * np.linalg.norm(c)) > 0.999
+    dq = np.linalg.norm(traj.params.WQ[k] - traj.params.WQ[0]) / np.linalg.norm(traj.params.WQ[0])
+    assert dq < 0.01
+
+
+def test_energy_identity_along_trajectory():
+    """dL/dt = -|grad L|^2: the loss drop equals the integral of |grad L|^2."""
+    ts = np.linspace(20.0, 60.0, 801)
+    traj = gf.integrate(STICKY, 1e-3, width=8, t1=60.0, ts=ts, progress=False)
+    dissipated = cumulative_simpson(traj.grad_norm**2, x=ts, initial=0.0)
+    drop = traj.loss[0] - traj.loss
+    assert drop[-1] > 0.2  # the interval holds the first escape
+    # Simpson's error with h = 0.05 on a curve varying on time scales >= 2 is
+    # ~(h/2)^4 ~ 1e-6 relative; the solver's own error is smaller still.
+    np.testing.assert_allclose(drop, dissipated, rtol=1e-6, atol=1e-6 * drop[-1])
+
+
+def _crossing_times(ts, loss, levels):
+    out = []
+    for level in levels:
+        k = np.flatnonzero(loss <= level)[0]
+        # linear interpolation in log t between the two bracketing saves
+        lt = np.interp(level, [loss[k], loss[k - 1]], np.log([ts[k], ts[k - 1]]))
+        out.append(np.exp(lt))
+    return np.array(out)
+
+
+def _drop_levels(loss, fractions=(0.2, 0.5, 0.8), min_drop=0.01):
+    """Levels inside each steep drop between two plateaus of a loss curve."""
+    levels = []
+    plateaus = [loss[0]]
+    # plateau values: where the curve is flattest, found from sorted unique levels
+    grid = np.linspace(loss.min(), loss[0], 400)
+    counts = np.array([np.sum(np.abs(loss - g) < 2e-4) for g in grid])
+    for g, c in zip(grid[::-1], counts[::-1]):
+        if c >= 8 and plateaus[-1] - g > min_drop:
+            plateaus.append(g)
+    plateaus.append(loss.min())
+    for hi, lo in zip(plateaus[:-1], plateaus[1:]):
+        if hi - lo > min_drop:
+            levels += [hi - f * (hi - lo) for f in fractions]
+    return np.array(levels)
+
+
+def _reference_solution(chain, params, ts):
+    d, m = chain.d, params.m
+    P, pi = np.asarray(chain.P), np.asarray(chain.pi)
+
+    def f(t, theta):
+        return -flatten(loss_and_grad(*unflatten(theta, d, m), P, pi)[1])
+
+    y0 = flatten([np.asarray(x) for x in (params.W0, params.W1, params.WQ, params.WK)])
+    sol = solve_ivp(f, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-11, atol=1e-14)
+    assert sol.success
+    loss = np.array([loss_and_grad(*unflatten(y, d, m), P, pi)[0] for y in sol.y.T])
+    return loss, sol.y[:, -1]
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_agrees_with_independent_implementation(seed):
+    """Default settings vs SciPy DOP853 at rtol 1e-11 on the NumPy reference."""
+    chain = gf.chains.random(4, seed=seed, concentration=0.5)
+    params = random_params(4, 3, 0.05, seed)
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 1500)])
+    traj = gf.integrate(chain, params=params, t1=3000.0, ts=ts, progress=False)
+    assert traj.ok, traj.message
+    ref_loss, ref_final = _reference_solution(chain, params, ts)
+    levels = _drop_levels(ref_loss)
+    assert len(levels) >= 3
+    t_ref = _crossing_times(ts, ref_loss, levels)
+    t_gf = _crossing_times(traj.ts, traj.loss, levels)
+    np.testing.assert_allclose(t_gf, t_ref, rtol=0.005)
+    assert abs(traj.loss[-1] - ref_loss[-1]) < 1e-6
+    np.testing.assert_allclose(
+        flatten([np.asarray(x) for x in jax.tree.leaves(traj.params[-1])]),
+        ref_final,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("solver", ["tsit5", "dopri8", "bosh3"])
+def test_grad_eval_count_matches_a_counter(solver):
+    chain = gf.chains.random(3, seed=0)
+    params = random_params(3, 2, 0.5, 0)
+    calls = [0]
+
+    def count():
+        calls[0] += 1
+
+    class Counting(gf.GradientFlow):
+        def __call__(self, t, y, args):
+            jax.debug.callback(count)
+            return super().__call__(t, y, args)
+
+    import diffrax as dfx
+
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(Counting()), gf.SOLVERS[solver](), 0.0, 50.0, None, params, args=chain,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10), max_steps=100_000,
+    )
+    jax.block_until_ready(sol.ys)
+    stats = {k: int(v) for k, v in sol.stats.items()}
+    assert gf._integrate._count_grad_evals(gf.SOLVERS[solver](), stats) == calls[0]
+
+
+def test_save_load_round_trip(tmp_path, condensation):
+    path = condensation.save(tmp_path / "run.npz")
+    back = gf.load(path)
+    for name in ("ts", "loss", "grad_norm"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(condensation, name))
+    assert tree_allclose(back.params, condensation.params, rtol=0, atol=0)
+    np.testing.assert_array_equal(back.chain.P, condensation.chain.P)
+    np.testing.assert_array_equal(back.chain.pi, condensation.chain.pi)
+    assert back.settings == condensation.settings
+    assert back.stats == condensation.stats
+    assert back.ok and back.message == ""
+
+
+def test_load_errors(tmp_path, condensation):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        gf.load(tmp_path / "missing.npz")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(ValueError, match="notes.txt' is not a gradflow gradflow-trajectory file"):
+        gf.load(text)
+    foreign = tmp_path / "foreign.npz"
+    np.savez(foreign, x=np.zeros(3))
+    with pytest.raises(ValueError, match="no gradflow metadata"):
+        gf.load(foreign)
+    good = condensation.save(tmp_path / "good.npz")
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ValueError, match="truncated.npz' is not a gradflow"):
+        gf.load(truncated)
+
+
+def test_load_refuses_newer_format(tmp_path, condensation, monkeypatch):
+    monkeypatch.setattr(gf._trajectory, "FORMAT_VERSION", 99)
+    path = condensation.save(tmp_path / "future.npz")
+    monkeypatch.setattr(gf._trajectory, "FORMAT_VERSION", 1)
+    with pytest.raises(ValueError, match="format version 99 .* reads format versions <= 1"):
+        gf.load(path)
+
+
+def test_failure_keeps_partial_trajectory():
+    traj = gf.integrate(STICKY, 1e-3, width=8, t1=300.0, max_steps=60, progress=False)
+    assert not traj.ok
+    assert "maximum number of steps (60)" in traj.message and "max_steps" in traj.message
+    assert 0 < traj.ts[-1] < 300.0 and len(traj) > 10
+    assert np.all(np.isfinite(traj.loss)) and np.all(np.diff(traj.ts) > 0)
+    assert traj.params.W0.shape[0] == len(traj)
+    full = gf.integrate(STICKY, 1e-3, width=8, t1=300.0, progress=False)
+    k = len(traj) - 1
+    # the partial run is the same computation, cut short (the last point is
+    # the state reached, saved off-grid)
+    np.testing.assert_array_equal(traj.loss[: k - 1], full.loss[: k - 1])
+
+
+def test_deterministic_bitwise():
+    a = gf.integrate(STICKY, 1e-3, width=4, t1=50.0, seed=3, progress=False)
+    b = gf.integrate(STICKY, 1e-3, width=4, t1=50.0, seed=3, progress=False)
+    assert tree_allclose(a.params, b.params, rtol=0, atol=0)
+    np.testing.assert_array_equal(a.loss, b.loss)
+
+
+def test_float32_warns_about_tolerance():
+    with pytest.warns(UserWarning, match="rtol = 1e-08 is below what float32 can honour"):
+        traj = gf.integrate(STICKY, 1e-2, width=4, t1=5.0, rtol=1e-8, dtype="float32", progress=False)
+    assert traj.params.W0.dtype == jnp.float32
+
+
+def test_default_save_times():
+    ts = gf.default_save_times(1000.0)
+    assert ts[0] == 0 and ts[-1] == 1000.0 and np.all(np.diff(ts) > 0)
+    assert ts[1] == pytest.approx(1e-2)
+
+
+P4 = random_params(6, 4, 0.1, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(), ValueError, "give exactly one of init_scale .* and params"),
+        (dict(init_scale=1e-3, params=P4), ValueError, "give exactly one of init_scale"),
+        (dict(init_scale=-1.0), ValueError, "init_scale must be finite and > 0, got -1.0"),
+        (dict(init_scale=0.0), ValueError, "init_scale must be finite and > 0, got 0.0"),
+        (dict(init_scale=float("nan")), ValueError, "init_scale must be finite and > 0, got nan"),
+        (dict(init_scale="big"), TypeError, "init_scale must be a positive number, got 'big'"),
+        (dict(init_scale=1e-3, width=0), ValueError, "width must be >= 1, got width = 0"),
+        (dict(init_scale=1e-3, width=2.5), TypeError, "width must be an integer, got 2.5"),
+        (dict(init_scale=1e-3, t1=0.0), ValueError, "t1 must be finite and > 0, got t1 = 0.0"),
+        (dict(init_scale=1e-3, t1=float("inf")), ValueError, "t1 must be finite and > 0, got t1 = inf"),
+        (dict(init_scale=1e-3, t1=10.0, ts=[0.0, 2.0, 1.0]), ValueError, r"ts must be strictly increasing, but ts\[1\] = 2.0 and ts\[2\] = 1.0"),
+        (dict(init_scale=1e-3, t1=10.0, ts=[0.0, 11.0]), ValueError, r"ts must lie in \[0, t1\] = \[0, 10.0\]"),
+        (dict(init_scale=1e-3, t1=10.0, ts=[[0.0, 1.0]]), ValueError, "ts must be a non-empty 1-D array"),
+        (dict(params=random_params(5, 4, 0.1, 0)), ValueError, "params are for d = 5 tokens .* the chain has d = 6"),
+        (dict(params=P4.W0), TypeError, "params must be a gradflow.Params, got ArrayImpl"),
+        (
+            dict(params=gf.Params(P4.W0.at[1, 2].set(jnp.nan), P4.W1, P4.WQ, P4.WK)),
+            ValueError,
+            r"params.W0 has a non-finite entry at \(1, 2\): nan",
+        ),
+        (dict(params=gf.Params(P4.W0[None], P4.W1[None], P4.WQ[None], P4.WK[None])), ValueError, "params.W0 must be 2-dimensional"),
+        (dict(init_scale=1e-3, solver="rk4"), ValueError, "unknown solver 'rk4'; choose one of"),
+        (dict(init_scale=1e-3, solver=3), TypeError, "solver must be a name or a diffrax.AbstractSolver, got int"),
+        (dict(init_scale=1e-3, rtol=-1e-3), ValueError, "rtol must be finite and > 0, got rtol = -0.001"),
+        (dict(init_scale=1e-3, rtol=2.0), ValueError, "rtol must be < 1, got rtol = 2.0"),
+        (dict(init_scale=1e-3, atol=0.0), ValueError, "atol must be finite and > 0, got atol = 0.0"),
+        (dict(init_scale=1e-3, max_steps=0), ValueError, "max_steps must be >= 1, got max_steps = 0"),
+        (dict(init_scale=1e-3, dtype="float16"), ValueError, "dtype must be 'float64' or 'float32', got 'float16'"),
+    ],
+)
+def test_integrate_rejects_bad_input(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gf.integrate(STICKY, **kwargs)
+
+
+def test_integrate_rejects_non_chain():
+    with pytest.raises(TypeError, match="chain must be a gradflow.MarkovChain, got ndarray"):
+        gf.integrate(np.eye(2), 1e-3)
