@@ -103,7 +103,9 @@ def _check_positive_finite(name: str, value, integer: bool = False):
 
 def _check_params(params, chain: MarkovChain, dtype) -> Params:
     if not isinstance(params, Params):
-        raise TypeError(f"params must be a gradflow.Params, got {type(params).__name__}")
+        raise TypeError(
+            f"params must be a gradflow.Params, got {type(params).__name__}"
+        )
     for name in ("W0", "W1", "WQ", "WK"):
         if np.ndim(getattr(params, name)) != 2:
             raise ValueError(
@@ -126,7 +128,9 @@ def _check_params(params, chain: MarkovChain, dtype) -> Params:
 def _check_ts(ts, t1: float) -> np.ndarray:
     ts = np.asarray(ts, dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0:
-        raise ValueError(f"ts must be a non-empty 1-D array of times, got shape {ts.shape}")
+        raise ValueError(
+            f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
+        )
     if not np.isfinite(ts).all():
         raise ValueError(f"ts must be finite, got {ts[~np.isfinite(ts)][0]}")
     if ts.size > 1 and not (np.diff(ts) > 0).all():
@@ -311,7 +315,11 @@ def integrate(
         params0 = _check_params(params, chain, jdtype)
         width = params0.m
     scale = float(
-        np.sqrt(np.mean(np.concatenate([np.ravel(x) ** 2 for x in jax.tree.leaves(params0)])))
+        np.sqrt(
+            np.mean(
+                np.concatenate([np.ravel(x) ** 2 for x in jax.tree.leaves(params0)])
+            )
+        )
     )
     default_rtol, default_atol = default_tolerances(jdtype, scale if scale > 0 else 1.0)
     rtol = default_rtol if rtol is None else _check_positive_finite("rtol", rtol)

@@ -97,8 +97,12 @@ class Trajectory(eqx.Module):
             "ok": bool(self.ok),
             "message": self.message,
             "tokens": list(self.chain.tokens) if self.chain.tokens else None,
-            "stages": [dict(s) if isinstance(s, dict) else _record(s) for s in self.stages],
-            "events": [dict(e) if isinstance(e, dict) else _record(e) for e in self.events],
+            "stages": [
+                dict(s) if isinstance(s, dict) else _record(s) for s in self.stages
+            ],
+            "events": [
+                dict(e) if isinstance(e, dict) else _record(e) for e in self.events
+            ],
             "extras": sorted(self.extras),
         }
         arrays = {
@@ -107,7 +111,9 @@ class Trajectory(eqx.Module):
             "grad_norm": np.asarray(self.grad_norm),
             "P": np.asarray(self.chain.P),
             "pi": np.asarray(self.chain.pi),
-            **{f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES},
+            **{
+                f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES
+            },
             **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
         }
         arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
@@ -151,14 +157,18 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-def read_npz_with_meta(path: str | os.PathLike, expected_format: str) -> tuple[dict, dict]:
+def read_npz_with_meta(
+    path: str | os.PathLike, expected_format: str
+) -> tuple[dict, dict]:
     """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
     error for a missing, truncated, foreign or too-new file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: '{path}'")
     if path.is_dir():
-        raise ValueError(f"'{path}' is a directory, not a gradflow {expected_format} file")
+        raise ValueError(
+            f"'{path}' is a directory, not a gradflow {expected_format} file"
+        )
     try:
         raw = path.read_bytes()
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
@@ -219,4 +229,6 @@ def load(path: str | os.PathLike) -> Trajectory:
             extras=extras,
         )
     except KeyError as e:
-        raise ValueError(f"'{path}' is an incomplete gradflow trajectory: missing {e}") from None
+        raise ValueError(
+            f"'{path}' is an incomplete gradflow trajectory: missing {e}"
+        ) from None

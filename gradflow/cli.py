@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from . import __version__
 
-    parser.add_argument("--version", action="version", version=f"gradflow {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"gradflow {__version__}"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMANDS:
         importlib.import_module(f"gradflow._cli_{name}").register(subparsers)

@@ -48,7 +48,9 @@ def test_zipf_and_random_families():
 def test_entropies():
     chain = gf.chains.sticky(5, 0.4, 0.3, 0.1)
     pi, P = np.asarray(chain.pi), np.asarray(chain.P)
-    assert float(chain.unigram_entropy) == pytest.approx(-np.sum(pi * np.log(pi)), rel=1e-14)
+    assert float(chain.unigram_entropy) == pytest.approx(
+        -np.sum(pi * np.log(pi)), rel=1e-14
+    )
     cond = -np.sum(pi[:, None] * P * np.log(P))
     assert float(chain.conditional_entropy) == pytest.approx(cond, rel=1e-14)
     assert float(chain.conditional_entropy) <= float(chain.unigram_entropy) <= np.log(5)
@@ -74,13 +76,29 @@ def test_rows_renormalised_within_tolerance():
         ([[0.5, np.nan], [0.5, 0.5]], ValueError, r"non-finite entry: P\[0, 1\] = nan"),
         ([[0.5, np.inf], [0.5, 0.5]], ValueError, r"non-finite entry: P\[0, 1\] = inf"),
         ([[1.2, -0.2], [0.5, 0.5]], ValueError, r"negative entry: P\[0, 1\] = -0.2"),
-        ([[0.5, 0.4], [0.5, 0.5]], ValueError, r"row 0 of transition matrix P sums to 0.9"),
-        ([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], ValueError, r"must be square, got shape \(2, 3\)"),
+        (
+            [[0.5, 0.4], [0.5, 0.5]],
+            ValueError,
+            r"row 0 of transition matrix P sums to 0.9",
+        ),
+        (
+            [[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]],
+            ValueError,
+            r"must be square, got shape \(2, 3\)",
+        ),
         ([[1.0]], ValueError, r"need at least d = 2 tokens, got d = 1"),
         ([0.5, 0.5], ValueError, r"must be 2-dimensional, got shape \(2,\)"),
-        (np.ones((2, 2, 2)) / 2, ValueError, r"must be 2-dimensional, got shape \(2, 2, 2\)"),
+        (
+            np.ones((2, 2, 2)) / 2,
+            ValueError,
+            r"must be 2-dimensional, got shape \(2, 2, 2\)",
+        ),
         (np.zeros((0, 0)), ValueError, r"is empty \(shape \(0, 0\)\)"),
-        ([["a", "b"], ["c", "d"]], TypeError, r"must hold real numbers, got an array of dtype <U1"),
+        (
+            [["a", "b"], ["c", "d"]],
+            TypeError,
+            r"must hold real numbers, got an array of dtype <U1",
+        ),
         (np.array([[0.5, 0.5], [0.5, None]], dtype=object), TypeError, "dtype object"),
         ([[0.5, 0.5j], [0.5, 0.5]], TypeError, "must be real"),
         ([[0.5, 0.5], [0.5]], ValueError, "could not be read as an array"),
@@ -117,11 +135,26 @@ def test_aperiodic_with_cycles_of_coprime_length():
     "call, match",
     [
         (lambda: gf.chains.sticky(1), "d must be at least 2, got d = 1"),
-        (lambda: gf.chains.sticky(6, top_mass=1.5), r"top_mass must lie in \(0, 1\), got top_mass = 1.5"),
-        (lambda: gf.chains.sticky(6, rho=1.0), r"rho must lie in \[0, 1\), got rho = 1.0"),
-        (lambda: gf.chains.sticky(6, delta=1.0), r"delta must lie in \(-1, 1\), got delta = 1.0"),
-        (lambda: gf.chains.zipf(4, exponent=-1), "exponent must be finite and >= 0, got -1.0"),
-        (lambda: gf.chains.random(4, concentration=0), "concentration must be > 0, got 0.0"),
+        (
+            lambda: gf.chains.sticky(6, top_mass=1.5),
+            r"top_mass must lie in \(0, 1\), got top_mass = 1.5",
+        ),
+        (
+            lambda: gf.chains.sticky(6, rho=1.0),
+            r"rho must lie in \[0, 1\), got rho = 1.0",
+        ),
+        (
+            lambda: gf.chains.sticky(6, delta=1.0),
+            r"delta must lie in \(-1, 1\), got delta = 1.0",
+        ),
+        (
+            lambda: gf.chains.zipf(4, exponent=-1),
+            "exponent must be finite and >= 0, got -1.0",
+        ),
+        (
+            lambda: gf.chains.random(4, concentration=0),
+            "concentration must be > 0, got 0.0",
+        ),
     ],
 )
 def test_invalid_family_arguments(call, match):

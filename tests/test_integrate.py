@@ -3,10 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import random_params, tree_allclose
+from reference import flatten, loss_and_grad, unflatten
 from scipy.integrate import cumulative_simpson, solve_ivp
 
 import gradflow as gf
-from reference import flatten, loss_and_grad, unflatten
 
 
 STICKY = gf.chains.sticky(6, 0.5, 0.5, 0.05)
@@ -69,7 +69,9 @@ def test_linear_regime_growth_rate_and_directions():
     W0, W1 = np.asarray(traj.params.W0[k]), np.asarray(traj.params.W1[k])
     assert np.linalg.norm(W0 @ pi) / (np.linalg.norm(W0) * np.linalg.norm(pi)) > 0.999
     assert np.linalg.norm(W1.T @ c) / (np.linalg.norm(W1) * np.linalg.norm(c)) > 0.999
-    dq = np.linalg.norm(traj.params.WQ[k] - traj.params.WQ[0]) / np.linalg.norm(traj.params.WQ[0])
+    dq = np.linalg.norm(traj.params.WQ[k] - traj.params.WQ[0]) / np.linalg.norm(
+        traj.params.WQ[0]
+    )
     assert dq < 0.01
 
 
@@ -120,7 +122,9 @@ def _reference_solution(chain, params, ts):
         return -flatten(loss_and_grad(*unflatten(theta, d, m), P, pi)[1])
 
     y0 = flatten([np.asarray(x) for x in (params.W0, params.W1, params.WQ, params.WK)])
-    sol = solve_ivp(f, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-11, atol=1e-14)
+    sol = solve_ivp(
+        f, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-11, atol=1e-14
+    )
     assert sol.success
     loss = np.array([loss_and_grad(*unflatten(y, d, m), P, pi)[0] for y in sol.y.T])
     return loss, sol.y[:, -1]
@@ -165,8 +169,15 @@ def test_grad_eval_count_matches_a_counter(solver):
     import diffrax as dfx
 
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(Counting()), gf.SOLVERS[solver](), 0.0, 50.0, None, params, args=chain,
-        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10), max_steps=100_000,
+        dfx.ODETerm(Counting()),
+        gf.SOLVERS[solver](),
+        0.0,
+        50.0,
+        None,
+        params,
+        args=chain,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10),
+        max_steps=100_000,
     )
     jax.block_until_ready(sol.ys)
     stats = {k: int(v) for k, v in sol.stats.items()}
@@ -191,7 +202,9 @@ def test_load_errors(tmp_path, condensation):
         gf.load(tmp_path / "missing.npz")
     text = tmp_path / "notes.txt"
     text.write_text("hello")
-    with pytest.raises(ValueError, match="notes.txt' is not a gradflow gradflow-trajectory file"):
+    with pytest.raises(
+        ValueError, match="notes.txt' is not a gradflow gradflow-trajectory file"
+    ):
         gf.load(text)
     foreign = tmp_path / "foreign.npz"
     np.savez(foreign, x=np.zeros(3))
@@ -208,14 +221,18 @@ def test_load_refuses_newer_format(tmp_path, condensation, monkeypatch):
     monkeypatch.setattr(gf._trajectory, "FORMAT_VERSION", 99)
     path = condensation.save(tmp_path / "future.npz")
     monkeypatch.setattr(gf._trajectory, "FORMAT_VERSION", 1)
-    with pytest.raises(ValueError, match="format version 99 .* reads format versions <= 1"):
+    with pytest.raises(
+        ValueError, match="format version 99 .* reads format versions <= 1"
+    ):
         gf.load(path)
 
 
 def test_failure_keeps_partial_trajectory():
     traj = gf.integrate(STICKY, 1e-3, width=8, t1=300.0, max_steps=60, progress=False)
     assert not traj.ok
-    assert "maximum number of steps (60)" in traj.message and "max_steps" in traj.message
+    assert (
+        "maximum number of steps (60)" in traj.message and "max_steps" in traj.message
+    )
     assert 0 < traj.ts[-1] < 300.0 and len(traj) > 10
     assert np.all(np.isfinite(traj.loss)) and np.all(np.diff(traj.ts) > 0)
     assert traj.params.W0.shape[0] == len(traj)
@@ -234,8 +251,12 @@ def test_deterministic_bitwise():
 
 
 def test_float32_warns_about_tolerance():
-    with pytest.warns(UserWarning, match="rtol = 1e-08 is below what float32 can honour"):
-        traj = gf.integrate(STICKY, 1e-2, width=4, t1=5.0, rtol=1e-8, dtype="float32", progress=False)
+    with pytest.warns(
+        UserWarning, match="rtol = 1e-08 is below what float32 can honour"
+    ):
+        traj = gf.integrate(
+            STICKY, 1e-2, width=4, t1=5.0, rtol=1e-8, dtype="float32", progress=False
+        )
     assert traj.params.W0.dtype == jnp.float32
 
 
@@ -252,33 +273,121 @@ P4 = random_params(6, 4, 0.1, 0)
     "kwargs, error, match",
     [
         (dict(), ValueError, "give exactly one of init_scale .* and params"),
-        (dict(init_scale=1e-3, params=P4), ValueError, "give exactly one of init_scale"),
-        (dict(init_scale=-1.0), ValueError, "init_scale must be finite and > 0, got -1.0"),
-        (dict(init_scale=0.0), ValueError, "init_scale must be finite and > 0, got 0.0"),
-        (dict(init_scale=float("nan")), ValueError, "init_scale must be finite and > 0, got nan"),
-        (dict(init_scale="big"), TypeError, "init_scale must be a positive number, got 'big'"),
-        (dict(init_scale=1e-3, width=0), ValueError, "width must be >= 1, got width = 0"),
-        (dict(init_scale=1e-3, width=2.5), TypeError, "width must be an integer, got 2.5"),
-        (dict(init_scale=1e-3, t1=0.0), ValueError, "t1 must be finite and > 0, got t1 = 0.0"),
-        (dict(init_scale=1e-3, t1=float("inf")), ValueError, "t1 must be finite and > 0, got t1 = inf"),
-        (dict(init_scale=1e-3, t1=10.0, ts=[0.0, 2.0, 1.0]), ValueError, r"ts must be strictly increasing, but ts\[1\] = 2.0 and ts\[2\] = 1.0"),
-        (dict(init_scale=1e-3, t1=10.0, ts=[0.0, 11.0]), ValueError, r"ts must lie in \[0, t1\] = \[0, 10.0\]"),
-        (dict(init_scale=1e-3, t1=10.0, ts=[[0.0, 1.0]]), ValueError, "ts must be a non-empty 1-D array"),
-        (dict(params=random_params(5, 4, 0.1, 0)), ValueError, "params are for d = 5 tokens .* the chain has d = 6"),
-        (dict(params=P4.W0), TypeError, "params must be a gradflow.Params, got ArrayImpl"),
+        (
+            dict(init_scale=1e-3, params=P4),
+            ValueError,
+            "give exactly one of init_scale",
+        ),
+        (
+            dict(init_scale=-1.0),
+            ValueError,
+            "init_scale must be finite and > 0, got -1.0",
+        ),
+        (
+            dict(init_scale=0.0),
+            ValueError,
+            "init_scale must be finite and > 0, got 0.0",
+        ),
+        (
+            dict(init_scale=float("nan")),
+            ValueError,
+            "init_scale must be finite and > 0, got nan",
+        ),
+        (
+            dict(init_scale="big"),
+            TypeError,
+            "init_scale must be a positive number, got 'big'",
+        ),
+        (
+            dict(init_scale=1e-3, width=0),
+            ValueError,
+            "width must be >= 1, got width = 0",
+        ),
+        (
+            dict(init_scale=1e-3, width=2.5),
+            TypeError,
+            "width must be an integer, got 2.5",
+        ),
+        (
+            dict(init_scale=1e-3, t1=0.0),
+            ValueError,
+            "t1 must be finite and > 0, got t1 = 0.0",
+        ),
+        (
+            dict(init_scale=1e-3, t1=float("inf")),
+            ValueError,
+            "t1 must be finite and > 0, got t1 = inf",
+        ),
+        (
+            dict(init_scale=1e-3, t1=10.0, ts=[0.0, 2.0, 1.0]),
+            ValueError,
+            r"ts must be strictly increasing, but ts\[1\] = 2.0 and ts\[2\] = 1.0",
+        ),
+        (
+            dict(init_scale=1e-3, t1=10.0, ts=[0.0, 11.0]),
+            ValueError,
+            r"ts must lie in \[0, t1\] = \[0, 10.0\]",
+        ),
+        (
+            dict(init_scale=1e-3, t1=10.0, ts=[[0.0, 1.0]]),
+            ValueError,
+            "ts must be a non-empty 1-D array",
+        ),
+        (
+            dict(params=random_params(5, 4, 0.1, 0)),
+            ValueError,
+            "params are for d = 5 tokens .* the chain has d = 6",
+        ),
+        (
+            dict(params=P4.W0),
+            TypeError,
+            "params must be a gradflow.Params, got ArrayImpl",
+        ),
         (
             dict(params=gf.Params(P4.W0.at[1, 2].set(jnp.nan), P4.W1, P4.WQ, P4.WK)),
             ValueError,
             r"params.W0 has a non-finite entry at \(1, 2\): nan",
         ),
-        (dict(params=gf.Params(P4.W0[None], P4.W1[None], P4.WQ[None], P4.WK[None])), ValueError, "params.W0 must be 2-dimensional"),
-        (dict(init_scale=1e-3, solver="rk4"), ValueError, "unknown solver 'rk4'; choose one of"),
-        (dict(init_scale=1e-3, solver=3), TypeError, "solver must be a name or a diffrax.AbstractSolver, got int"),
-        (dict(init_scale=1e-3, rtol=-1e-3), ValueError, "rtol must be finite and > 0, got rtol = -0.001"),
-        (dict(init_scale=1e-3, rtol=2.0), ValueError, "rtol must be < 1, got rtol = 2.0"),
-        (dict(init_scale=1e-3, atol=0.0), ValueError, "atol must be finite and > 0, got atol = 0.0"),
-        (dict(init_scale=1e-3, max_steps=0), ValueError, "max_steps must be >= 1, got max_steps = 0"),
-        (dict(init_scale=1e-3, dtype="float16"), ValueError, "dtype must be 'float64' or 'float32', got 'float16'"),
+        (
+            dict(params=gf.Params(P4.W0[None], P4.W1[None], P4.WQ[None], P4.WK[None])),
+            ValueError,
+            "params.W0 must be 2-dimensional",
+        ),
+        (
+            dict(init_scale=1e-3, solver="rk4"),
+            ValueError,
+            "unknown solver 'rk4'; choose one of",
+        ),
+        (
+            dict(init_scale=1e-3, solver=3),
+            TypeError,
+            "solver must be a name or a diffrax.AbstractSolver, got int",
+        ),
+        (
+            dict(init_scale=1e-3, rtol=-1e-3),
+            ValueError,
+            "rtol must be finite and > 0, got rtol = -0.001",
+        ),
+        (
+            dict(init_scale=1e-3, rtol=2.0),
+            ValueError,
+            "rtol must be < 1, got rtol = 2.0",
+        ),
+        (
+            dict(init_scale=1e-3, atol=0.0),
+            ValueError,
+            "atol must be finite and > 0, got atol = 0.0",
+        ),
+        (
+            dict(init_scale=1e-3, max_steps=0),
+            ValueError,
+            "max_steps must be >= 1, got max_steps = 0",
+        ),
+        (
+            dict(init_scale=1e-3, dtype="float16"),
+            ValueError,
+            "dtype must be 'float64' or 'float32', got 'float16'",
+        ),
     ],
 )
 def test_integrate_rejects_bad_input(kwargs, error, match):
@@ -287,5 +396,7 @@ def test_integrate_rejects_bad_input(kwargs, error, match):
 
 
 def test_integrate_rejects_non_chain():
-    with pytest.raises(TypeError, match="chain must be a gradflow.MarkovChain, got ndarray"):
+    with pytest.raises(
+        TypeError, match="chain must be a gradflow.MarkovChain, got ndarray"
+    ):
         gf.integrate(np.eye(2), 1e-3)

@@ -3,9 +3,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import random_params
+from reference import loss_and_grad, sample_sequences
 
 import gradflow as gf
-from reference import loss_and_grad, sample_sequences
 
 
 CHAINS = [
@@ -17,7 +17,9 @@ CHAINS = [
 
 
 def _zeros(d, m):
-    return gf.Params(jnp.zeros((m, d)), jnp.zeros((d, m)), jnp.zeros((m, m)), jnp.zeros((m, m)))
+    return gf.Params(
+        jnp.zeros((m, d)), jnp.zeros((d, m)), jnp.zeros((m, m)), jnp.zeros((m, m))
+    )
 
 
 @pytest.mark.parametrize("chain", CHAINS)
@@ -28,7 +30,9 @@ def test_loss_at_origin_is_log_d_and_critical(chain):
     for g in jax.tree.leaves(grad):
         assert np.all(np.asarray(g) == 0)
     np.testing.assert_allclose(
-        gf.attention(params, chain), np.tile(np.asarray(chain.pi), (chain.d, 1)), rtol=1e-15
+        gf.attention(params, chain),
+        np.tile(np.asarray(chain.pi), (chain.d, 1)),
+        rtol=1e-15,
     )
 
 
@@ -132,17 +136,23 @@ def test_finite_context_single_sequence_by_hand():
     alpha /= alpha.sum()
     logits = W1 @ (keys @ alpha)
     expected = -(logits[0] - np.log(np.sum(np.exp(logits))))
-    assert float(gf.finite_context_loss(params, seq)) == pytest.approx(expected, rel=1e-13)
+    assert float(gf.finite_context_loss(params, seq)) == pytest.approx(
+        expected, rel=1e-13
+    )
 
 
 def test_params_shape_checks():
     m, d = 3, 4
     W0 = jnp.zeros((m, d))
-    with pytest.raises(ValueError, match=r"Params.W1 has shape \(3, 4\) but W0 has shape \(3, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"Params.W1 has shape \(3, 4\) but W0 has shape \(3, 4\)"
+    ):
         gf.Params(W0, jnp.zeros((m, d)), jnp.zeros((m, m)), jnp.zeros((m, m)))
     with pytest.raises(ValueError, match=r"Params.WK has shape \(2, 2\)"):
         gf.Params(W0, jnp.zeros((d, m)), jnp.zeros((m, m)), jnp.zeros((2, 2)))
-    with pytest.raises(ValueError, match="Params.W0 must be an array with at least 2 dimensions"):
+    with pytest.raises(
+        ValueError, match="Params.W0 must be an array with at least 2 dimensions"
+    ):
         gf.Params(jnp.zeros(3), jnp.zeros((d, m)), jnp.zeros((m, m)), jnp.zeros((m, m)))
     p = gf.Params(W0=W0, W1=jnp.zeros((d, m)), WQ=jnp.eye(m), WK=jnp.eye(m))
     assert (p.m, p.d, p.num_parameters) == (3, 4, 2 * 12 + 2 * 9)
@@ -153,9 +163,13 @@ def test_init_params_distribution_and_determinism():
     q = gf.init_params(50, 40, 0.01, seed=3)
     flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(p)])
     assert abs(flat.std() - 0.01) < 0.0005 and abs(flat.mean()) < 0.0005
-    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(q)))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(q))
+    )
     assert p.W0.dtype == jnp.float64
     with pytest.raises(ValueError, match="init_scale must be finite and > 0, got -1.0"):
         gf.init_params(4, 3, -1.0)
-    with pytest.raises(ValueError, match="width must be an integer >= 1, got width = 0"):
+    with pytest.raises(
+        ValueError, match="width must be an integer >= 1, got width = 0"
+    ):
         gf.init_params(4, 0, 1.0)

@@ -15,13 +15,13 @@ SETTINGS = settings(deadline=None, max_examples=25, derandomize=True)
 @st.composite
 def chains(draw, min_d=2, max_d=6):
     d = draw(st.integers(min_d, max_d))
-    raw = draw(
-        st.lists(st.floats(1e-3, 1.0), min_size=d * d, max_size=d * d)
-    )
+    raw = draw(st.lists(st.floats(1e-3, 1.0), min_size=d * d, max_size=d * d))
     P = np.array(raw).reshape(d, d)
     # sparsify some entries but keep a positive diagonal (aperiodic) and a
     # positive cycle 0 -> 1 -> ... -> d-1 -> 0 (irreducible)
-    mask = np.array(draw(st.lists(st.booleans(), min_size=d * d, max_size=d * d))).reshape(d, d)
+    mask = np.array(
+        draw(st.lists(st.booleans(), min_size=d * d, max_size=d * d))
+    ).reshape(d, d)
     P = np.where(mask, 0.0, P)
     P[np.arange(d), np.arange(d)] += 0.1
     P[np.arange(d), (np.arange(d) + 1) % d] += 0.1
@@ -64,7 +64,9 @@ def test_directional_derivative_matches_finite_differences(cp, seed):
     chain, params = cp
     direction = gf.init_params(chain.d, params.m, 1.0, seed)
     g = _grad(params, chain)
-    exact = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(direction)))
+    exact = sum(
+        jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(direction))
+    )
     h = 1e-5
 
     def at(s):
