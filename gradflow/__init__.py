@@ -42,3 +42,11 @@ try:
     __version__ = importlib.metadata.version("gradflow")
 except importlib.metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0+unknown"
+from ._theory import (  # noqa: E402
+    CriticalPoint as CriticalPoint,
+    Linearization as Linearization,
+    critical_points as critical_points,
+    linearize as linearize,
+    theory_report as theory_report,
+)
+from . import _theory as theory  # noqa: E402
