@@ -967,19 +967,20 @@ def theory_report(
                 f"(distance {cp.distance:.3g}; not balanced)",
             )
         )
-        # measured focus token: largest gain of pi-weighted attention mass
+        # measured focus token: the key whose attention, relative to its prior
+        # weight pi_k, rose most: argmax_k sum_i pi_i log(A[i, k] / pi_k)
         A = np.asarray(jax.vmap(lambda p: attention(p, chain))(P))
-        mass = np.einsum("i,tik->tk", pi, A) - pi[None, :]
+        lift = np.einsum("i,tik->tk", pi, np.log(A / pi[None, None, :]))
         # the focus stage: from the unigram point to the next plateau
         t_next = points[k + 1].t if k + 1 < len(points) else np.inf
         after = np.flatnonzero((ts >= cp.t) & (ts <= t_next))
-        gain_t = after[np.argmax(np.max(mass[after], axis=1))] if after.size else -1
-        measured_token = int(np.argmax(mass[gain_t]))
+        gain_t = after[np.argmax(np.max(lift[after], axis=1))] if after.size else -1
+        measured_token = int(np.argmax(lift[gain_t]))
         row = _row(
             "focus token",
             fp["token"],
             measured_token,
-            f"sign rule (kappa = {fp['kappa']:.3g}); measured: largest attention-mass "
+            f"sign rule (kappa = {fp['kappa']:.3g}); measured: largest attention lift "
             f"gain, at t = {ts[gain_t]:.4g}",
         )
         row["rel_error"] = float(fp["token"] != measured_token)
@@ -988,7 +989,7 @@ def theory_report(
             _row(
                 "focus token (Hessian mode)",
                 fp["token"],
-                mode_focus_token(chain, cp),
+                mode_focus_token(chain, cp.params, cp.linearization),
                 "token favoured by the unstable mode's scores",
             )
         )
@@ -1014,20 +1015,20 @@ def theory_report(
     return rows
 
 
-def mode_focus_token(chain: MarkovChain, cp: "CriticalPoint") -> int:
-    """The key token that the top unstable mode's attention scores favour.
+def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> int:
+    r"""The key token that the top unstable mode's attention scores favour.
 
-    The scores change $\\delta S = E^\\top(\\delta W_Q^\\top W_K + W_Q^\\top
-    \\delta W_K)E + (\\delta W_Q E)^\\top(\\delta W_K E)$; at $W_Q = W_K = 0$ only
-    the last (second-order, sign-definite) term survives, so it is used."""
-    mode = cp.linearization.modes[0]
-    E = cp.params.W0
+    Along the mode the scores become $S = (\delta W_Q E)^\top(\delta W_K E)$
+    (at $W_Q = W_K = 0$ the first-order terms vanish), and
+    $\log(A_{ik}/\pi_k) = S_{ik} - \log Z_i$; the favoured key is
+    $\arg\max_k \sum_i \pi_i S_{ik}$: the key whose attention relative to
+    its prior weight $\pi_k$ rises most. (The absolute mass gain
+    $\pi_k(S_{ik} - \bar S_i)$ can peak elsewhere when the scores favour rare
+    tokens.)"""
+    mode = lin.modes[0]
+    E = jnp.asarray(params.W0)
     S = (mode.WQ @ E).T @ (mode.WK @ E)
-    pi = chain.pi
-    # first-order change of the pi-weighted attention mass on key k
-    A = pi[None, :] * (S - (S @ pi)[:, None])
-    gain = np.asarray(pi @ A)
-    return int(np.argmax(gain))
+    return int(np.argmax(np.asarray(chain.pi @ S)))
 
 
 def format_report(rows: list[dict[str, Any]]) -> str:
@@ -1052,6 +1053,7 @@ __all__ = [
     "format_report",
     "lanczos",
     "linearize",
+    "mode_focus_token",
     "origin_escape_offset",
     "origin_rate",
     "plateaus",
