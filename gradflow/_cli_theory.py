@@ -23,6 +23,9 @@ def register(subparsers) -> None:
         "--out", default=None, help="folder for theory.png/.pdf and theory.json"
     )
     parser.add_argument(
+        "--name", default="theory", help="file stem of the outputs (default: theory)"
+    )
+    parser.add_argument(
         "--threshold",
         type=float,
         default=1e-2,
@@ -55,14 +58,19 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        paths = plot_report(traj, points, rows, out / "theory")
-        with open(out / "theory.json", "w") as f:
+        paths = plot_report(traj, points, rows, out / args.name)
+        with open(out / f"{args.name}.json", "w") as f:
             json.dump(
                 {"rows": rows, "critical_points": [cp.as_dict() for cp in points]},
                 f,
                 indent=1,
             )
-        print("\nwrote", ", ".join(str(p) for p in paths), "and", out / "theory.json")
+        print(
+            "\nwrote",
+            ", ".join(str(p) for p in paths),
+            "and",
+            out / f"{args.name}.json",
+        )
     return 0
 
 
@@ -107,7 +115,7 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
             g0 * np.exp(lam * (tt - tt[0])) * 2.0,
             color="C3",
             lw=2,
-            label=r"predicted slope $e^{\lambda_{max} t}$ (offset $\times 2$)"
+            label=r"predicted $e^{\lambda_{max} t}$ (offset $\times 2$)"
             if first
             else None,
         )

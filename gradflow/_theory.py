@@ -103,7 +103,7 @@ def _unflat(x: jax.Array, m: int, d: int) -> Params:
     sizes = (m * d, d * m, m * m, m * m)
     shapes = ((m, d), (d, m), (m, m), (m, m))
     parts, start = [], 0
-    for size, shape in zip(sizes, shapes):
+    for size, shape in zip(sizes, shapes, strict=True):
         parts.append(jnp.reshape(x[start : start + size], shape))
         start += size
     return Params(*parts)
@@ -134,7 +134,9 @@ def _block_weights(vectors: np.ndarray, params: Params) -> np.ndarray:
     sizes = [int(np.size(getattr(params, n))) for n in _BLOCKS]
     edges = np.cumsum([0] + sizes)
     sq = vectors**2
-    return np.stack([sq[:, a:b].sum(axis=1) for a, b in zip(edges[:-1], edges[1:])], 1)
+    return np.stack(
+        [sq[:, a:b].sum(axis=1) for a, b in zip(edges[:-1], edges[1:], strict=True)], 1
+    )
 
 
 def _gauge_rank(params: Params) -> int:
@@ -856,7 +858,8 @@ def theory_report(
                 "origin escape rate",
                 sigma,
                 rate,
-                f"fit of log sqrt(s1(W0) s1(W1)) on t in [{t_lo:.4g}, {t_hi:.4g}], {n} saves",
+                f"fit of log sqrt(s1(W0) s1(W1)) on t in [{t_lo:.4g}, {t_hi:.4g}], "
+                f"{n} saves",
             )
         )
         level = 0.5 * (math.log(d) + float(chain.unigram_entropy))
@@ -1009,7 +1012,8 @@ def theory_report(
                 cp.linearization.unstable_rate,
                 fr["rate"],
                 f"t* = {cp.t:.4g}, refined point {cp.distance:.2g} away; slope of "
-                f"log|grad L| on t in [{fr['t0']:.4g}, {fr['t1']:.4g}], {fr['n']} saves",
+                f"log|grad L| on t in [{fr['t0']:.4g}, {fr['t1']:.4g}], "
+                f"{fr['n']} saves",
             )
         )
     return rows
@@ -1033,7 +1037,10 @@ def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> 
 
 def format_report(rows: list[dict[str, Any]]) -> str:
     """The report as a fixed-width table."""
-    head = f"{'quantity':42s} {'predicted':>12s} {'measured':>12s} {'rel_error':>10s}  note"
+    head = (
+        f"{'quantity':42s} {'predicted':>12s} {'measured':>12s} {'rel_error':>10s}"
+        "  note"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(

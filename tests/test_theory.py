@@ -3,11 +3,10 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_params
 
 import gradflow as gf
 from gradflow import _theory as th
-
-from conftest import random_params
 
 
 def _fd_hessian(chain, params, h=1e-5):
@@ -29,7 +28,9 @@ def test_hessian_against_finite_differences():
     lin = gf.linearize(chain, params, method="dense")
     H_fd = _fd_hessian(chain, params)
     # the linearisation's eigenpairs reassemble -H
-    V = np.stack([np.asarray(th._flat(lin.modes[i])) for i in range(len(lin.eigenvalues))])
+    V = np.stack(
+        [np.asarray(th._flat(lin.modes[i])) for i in range(len(lin.eigenvalues))]
+    )
     minus_H = V.T @ np.diag(lin.eigenvalues) @ V
     scale = np.max(np.abs(H_fd))
     assert np.max(np.abs(minus_H + H_fd)) < 1e-7 * scale
@@ -66,7 +67,9 @@ def test_lanczos_against_dense():
 )
 def test_unstable_rates_on_unseen_chains(chain):
     m = 3
-    zero = gf.Params(*(jnp.zeros(s) for s in [(m, chain.d), (chain.d, m), (m, m), (m, m)]))
+    zero = gf.Params(
+        *(jnp.zeros(s) for s in [(m, chain.d), (chain.d, m), (m, m), (m, m)])
+    )
     lin0 = gf.linearize(chain, zero)
     assert abs(lin0.unstable_rate - th.origin_rate(chain)) < 1e-9
     assert lin0.num_unstable == m  # one copy per embedding direction
