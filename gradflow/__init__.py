@@ -12,7 +12,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import chains as chains  # noqa: E402
+from . import _theory as theory, chains as chains  # noqa: E402, F401
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
@@ -35,13 +35,6 @@ from ._model import (  # noqa: E402
     population_logits as population_logits,
     population_loss as population_loss,
 )
-from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
-
-
-try:
-    __version__ = importlib.metadata.version("gradflow")
-except importlib.metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+unknown"
 from ._theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,
     Linearization as Linearization,
@@ -49,4 +42,10 @@ from ._theory import (  # noqa: E402
     linearize as linearize,
     theory_report as theory_report,
 )
-from . import _theory as theory  # noqa: E402
+from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+
+
+try:
+    __version__ = importlib.metadata.version("gradflow")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+unknown"

@@ -94,9 +94,12 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
         ax0.axhline(value, color="grey", ls=style, lw=0.8, label=name)
     for cp in points:
         t = max(cp.t, ts[keep][0])
-        ax0.plot(t, cp.loss, "o", ms=6, color="C3" if cp.kind == "saddle" else "C2")
+        color = "C3" if cp.kind == "saddle" else "C2"
+        face = color if cp.converged else "none"
+        ax0.plot(t, cp.loss, "o", ms=6, color=color, mfc=face)
     ax0.plot([], [], "o", color="C3", label="refined saddle")
     ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
+    ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
     ax0.set_ylabel("population loss")
     ax0.legend(fontsize=7, loc="lower left")
     ax1.loglog(ts[keep], traj.grad_norm[keep], color="k", lw=1.2, label=r"$|\nabla L|$")

@@ -934,11 +934,9 @@ def theory_report(
         # measured: half the slope of log |S|_F on the plateau while |S| < 0.1
         S = jnp.einsum("tmi,tnm,tnk,tkj->tij", P.W0, P.WQ, P.WK, P.W0)
         Snorm = np.asarray(jnp.linalg.norm(S, axis=(1, 2)))
-        run = np.arange(len(ts))
-        on = (ts >= traj.ts[cp.index]) | (
-            (ts >= cp.t_start) & (np.abs(loss - H_pi) < 1e-3 * (math.log(d) - H_pi))
-        )
-        window = run[on & (ts >= cp.t_start) & (Snorm < 0.1)]
+        # from the plateau's closest approach to the unigram point (where the
+        # linearisation there applies) until |S| reaches 0.1 (still linear)
+        window = np.flatnonzero((np.arange(len(ts)) >= cp.index) & (Snorm < 0.1))
         if window.size >= 3:
             window = window[: np.argmax(np.diff(np.r_[window, -10]) != 1) + 1]
         if window.size >= 3:
