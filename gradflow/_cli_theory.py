@@ -5,6 +5,7 @@ JSON."""
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 
@@ -41,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.threshold) and args.threshold > 0):
         raise SystemExit(f"--threshold must be finite and > 0, got {args.threshold}")
-    traj = gf.load(args.trajectory)
+    try:
+        traj = gf.load(args.trajectory)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"gradflow theory: {e}", file=sys.stderr)
+        return 2
     points = critical_points(traj, threshold=args.threshold)
     rows = theory_report(traj, points=points)
     print(repr(traj))

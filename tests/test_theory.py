@@ -150,6 +150,20 @@ def test_cli(short_traj, tmp_path, capsys):
     assert (tmp_path / "o" / "theory.json").exists()
 
 
+def test_report_on_a_too_short_trajectory():
+    traj = gf.integrate(
+        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=3, t1=5.0, progress=False
+    )
+    assert gf.theory_report(traj) == []  # nothing measurable yet, nothing invented
+
+
+def test_cli_missing_file(tmp_path, capsys):
+    from gradflow.cli import main
+
+    assert main(["theory", str(tmp_path / "nope.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
 def test_bad_input():
     chain = gf.chains.sticky(4, 0.5, 0.5, 0.05)
     p = random_params(4, 2, 0.1, seed=0)
@@ -172,3 +186,38 @@ def test_bad_input():
         th.unigram_point(chain, 0)
     with pytest.raises(ValueError, match="level = 3.0"):
         th.origin_escape_offset(chain, 3.0)
+    traj = gf.integrate(chain, 1e-3, width=2, t1=1.0, progress=False)
+    with pytest.raises(ValueError, match="threshold = -1.0"):
+        th.plateaus(traj, threshold=-1.0)
+    with pytest.raises(TypeError, match="gradflow.Trajectory"):
+        gf.critical_points("traj.npz")
+
+
+@pytest.mark.slow
+def test_paper_chain_report():
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=300.0, progress=False)
+    rows = {r["quantity"]: r for r in gf.theory_report(traj)}
+    assert rows["origin escape rate"]["rel_error"] < 0.05
+    assert rows["focus growth rate"]["rel_error"] < 0.05
+    assert rows["focus token"]["measured"] == 0
+
+
+@pytest.mark.slow
+def test_delta_linear_law():
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, progress=False)
+    H = float(chain.unigram_entropy)
+    cp = next(p for p in gf.critical_points(traj) if p.converged and p.loss < H - 1e-3)
+    point, deltas, rates = cp.params, [], []
+    for delta in (0.05, 0.04, 0.03, 0.02, 0.01, 0.0):
+        ch = gf.chains.sticky(6, 0.5, 0.5, delta)
+        point, ok = th.refine_critical_point(ch, point)
+        assert ok
+        deltas.append(delta)
+        rates.append(gf.linearize(ch, point).unstable_rate)
+    x, y = np.array(deltas[:-1]), np.array(rates[:-1])
+    slope, intercept = np.polyfit(x, y, 1)
+    r2 = 1 - np.sum((y - slope * x - intercept) ** 2) / np.sum((y - y.mean()) ** 2)
+    assert r2 >= 0.98 and slope > 0
+    assert abs(rates[-1]) < 1e-6  # degenerate at delta = 0
