@@ -12,7 +12,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import chains as chains  # noqa: E402
+from . import _theory as theory, chains as chains  # noqa: E402, F401
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
@@ -34,6 +34,13 @@ from ._model import (  # noqa: E402
     init_params as init_params,
     population_logits as population_logits,
     population_loss as population_loss,
+)
+from ._theory import (  # noqa: E402
+    CriticalPoint as CriticalPoint,
+    Linearization as Linearization,
+    critical_points as critical_points,
+    linearize as linearize,
+    theory_report as theory_report,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
 

@@ -1,0 +1,223 @@
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_params
+
+import gradflow as gf
+from gradflow import _theory as th
+
+
+def _fd_hessian(chain, params, h=1e-5):
+    m, d = params.m, params.d
+    x = np.asarray(th._flat(params))
+    H = np.empty((x.size, x.size))
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = h
+        gp = np.asarray(th._flat_grad(jnp.asarray(x + e), chain, m, d))
+        gm = np.asarray(th._flat_grad(jnp.asarray(x - e), chain, m, d))
+        H[:, i] = (gp - gm) / (2 * h)
+    return H
+
+
+def test_hessian_against_finite_differences():
+    chain = gf.chains.random(4, seed=5)
+    params = random_params(4, 3, 0.7, seed=1)
+    lin = gf.linearize(chain, params, method="dense")
+    H_fd = _fd_hessian(chain, params)
+    # the linearisation's eigenpairs reassemble -H
+    V = np.stack(
+        [np.asarray(th._flat(lin.modes[i])) for i in range(len(lin.eigenvalues))]
+    )
+    minus_H = V.T @ np.diag(lin.eigenvalues) @ V
+    scale = np.max(np.abs(H_fd))
+    assert np.max(np.abs(minus_H + H_fd)) < 1e-7 * scale
+    # independent Hessian: eigenvalues of the finite-difference one
+    fd_top = np.linalg.eigvalsh(-0.5 * (H_fd + H_fd.T))[::-1]
+    assert abs(lin.unstable_rate - fd_top[0]) < 1e-6 * abs(fd_top[0])
+    assert np.allclose(lin.block_weights.sum(axis=1), 1.0)
+
+
+def test_lanczos_against_dense():
+    chain = gf.chains.random(5, seed=7)
+    params = random_params(5, 4, 0.5, seed=2)
+    dense = gf.linearize(chain, params, method="dense")
+    n = params.num_parameters
+    full = gf.linearize(chain, params, method="lanczos", num_modes=5, num_iters=n)
+    np.testing.assert_allclose(full.eigenvalues, dense.eigenvalues[:5], rtol=1e-9)
+    short = gf.linearize(chain, params, method="lanczos", num_modes=3, num_iters=40)
+    assert abs(short.unstable_rate - dense.unstable_rate) < 1e-8 * dense.unstable_rate
+    # the top Ritz vector is the top eigenvector (up to sign)
+    v_l = np.asarray(th._flat(short.modes[0]))
+    v_d = np.asarray(th._flat(dense.modes[0]))
+    assert abs(abs(v_l @ v_d) - 1) < 1e-6
+    assert gf.linearize(chain, params, max_dense=10).method == "lanczos"
+    assert gf.linearize(chain, params).method == "dense"
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        gf.chains.random(5, seed=101),
+        gf.chains.random(7, seed=11, concentration=0.3),
+        gf.chains.zipf(5, exponent=1.3, rho=0.3),
+    ],
+)
+def test_unstable_rates_on_unseen_chains(chain):
+    m = 3
+    zero = gf.Params(
+        *(jnp.zeros(s) for s in [(m, chain.d), (chain.d, m), (m, m), (m, m)])
+    )
+    lin0 = gf.linearize(chain, zero)
+    assert abs(lin0.unstable_rate - th.origin_rate(chain)) < 1e-9
+    assert lin0.num_unstable == m  # one copy per embedding direction
+    point = th.unigram_point(chain, m)
+    lin = gf.linearize(chain, point)
+    assert lin.grad_norm < 1e-12
+    assert abs(lin.loss - float(chain.unigram_entropy)) < 1e-12
+    pred = th.focus_prediction(chain)
+    assert abs(lin.unstable_rate - pred["rate"]) < 1e-6 * pred["rate"]
+    # the unstable mode lives in the attention block only
+    np.testing.assert_allclose(lin.block_weights[0, 2:].sum(), 1.0, atol=1e-9)
+    # and favours the token that the sign rule names
+    assert th.mode_focus_token(chain, point, lin) == pred["token"]
+    # an independent Hessian (finite differences of the gradient)
+    H_fd = _fd_hessian(chain, point)
+    fd_top = np.linalg.eigvalsh(-0.5 * (H_fd + H_fd.T))[-1]
+    assert abs(lin.unstable_rate - fd_top) < 1e-6 * abs(fd_top)
+
+
+def test_sign_rule_both_signs():
+    frequent = th.focus_prediction(gf.chains.sticky(6, 0.5, 0.5, 0.05))
+    assert frequent["kappa"] < 0 and frequent["token"] == 0
+    chain = gf.chains.random(7, seed=11, concentration=0.3)
+    rare = th.focus_prediction(chain)
+    assert rare["kappa"] > 0 and rare["token"] == int(np.argmin(np.asarray(chain.pi)))
+    iid = th.focus_prediction(gf.chains.zipf(5, rho=0.0))
+    assert abs(iid["rate"]) < 1e-15
+
+
+def test_refine_known_saddle():
+    chain = gf.chains.sticky(5, 0.4, 0.5, 0.05)
+    exact = th.unigram_point(chain, 3)
+    start = jax_tree_add(exact, random_params(5, 3, 1e-3, seed=4))
+    before = gf.linearize(chain, start).grad_norm
+    point, converged = th.refine_critical_point(chain, start)
+    lin = gf.linearize(chain, point)
+    assert before > 1e-4
+    assert converged and lin.grad_norm < 1e-10
+    assert abs(lin.loss - float(chain.unigram_entropy)) < 1e-9
+    assert th.classify(lin, chain) == "saddle"
+
+
+def jax_tree_add(a, b):
+    return gf.Params(*(getattr(a, n) + getattr(b, n) for n in ("W0", "W1", "WQ", "WK")))
+
+
+@pytest.fixture(scope="module")
+def short_traj():
+    chain = gf.chains.sticky(4, 0.55, 0.6, 0.05)
+    return gf.integrate(chain, 1e-3, width=4, t1=300.0, progress=False)
+
+
+def test_report_on_short_trajectory(short_traj):
+    points = gf.critical_points(short_traj)
+    kinds = [p.kind for p in points]
+    assert kinds[0] == "saddle" and all(p.converged for p in points[:2])
+    assert abs(points[0].loss - math.log(4)) < 1e-9
+    rows = {r["quantity"]: r for r in gf.theory_report(short_traj, points=points)}
+    assert rows["origin escape rate"]["rel_error"] < 0.05
+    assert rows["origin escape time"]["rel_error"] < 0.05
+    assert rows["focus growth rate"]["rel_error"] < 0.05
+    assert rows["focus token"]["measured"] == rows["focus token"]["predicted"] == 0
+    assert rows["W0 alignment with pi"]["measured"] > 0.99
+    assert rows["attention frozen"]["measured"] < 1e-2
+    text = th.format_report(list(rows.values()))
+    assert "focus growth rate" in text
+
+
+def test_cli(short_traj, tmp_path, capsys):
+    from gradflow.cli import main
+
+    path = short_traj.save(tmp_path / "t.npz")
+    assert main(["theory", str(path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "origin escape rate" in out
+    assert (tmp_path / "o" / "theory.png").stat().st_size > 1000
+    assert (tmp_path / "o" / "theory.pdf").exists()
+    assert (tmp_path / "o" / "theory.json").exists()
+
+
+def test_report_on_a_too_short_trajectory():
+    traj = gf.integrate(
+        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=3, t1=5.0, progress=False
+    )
+    assert gf.theory_report(traj) == []  # nothing measurable yet, nothing invented
+
+
+def test_cli_missing_file(tmp_path, capsys):
+    from gradflow.cli import main
+
+    assert main(["theory", str(tmp_path / "nope.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_bad_input():
+    chain = gf.chains.sticky(4, 0.5, 0.5, 0.05)
+    p = random_params(4, 2, 0.1, seed=0)
+    batched = gf.Params(*(getattr(p, n)[None] for n in ("W0", "W1", "WQ", "WK")))
+    with pytest.raises(ValueError, match="2-dimensional"):
+        gf.linearize(chain, batched)
+    with pytest.raises(ValueError, match="method must be"):
+        gf.linearize(chain, p, method="qr")
+    with pytest.raises(ValueError, match="tol = 2.0"):
+        gf.linearize(chain, p, tol=2.0)
+    with pytest.raises(ValueError, match="d = 4 tokens but the chain has d = 5"):
+        gf.linearize(gf.chains.sticky(5, 0.5, 0.5, 0.05), p)
+    with pytest.raises(ValueError, match="num_iters = 0"):
+        th.lanczos(lambda v: v, 5, 0)
+    with pytest.raises(ValueError, match="max_parameters = 3"):
+        th.refine_critical_point(chain, p, max_parameters=3)
+    with pytest.raises(TypeError, match="gradflow.Params"):
+        gf.linearize(chain, "not params")
+    with pytest.raises(ValueError, match="width = 0"):
+        th.unigram_point(chain, 0)
+    with pytest.raises(ValueError, match="level = 3.0"):
+        th.origin_escape_offset(chain, 3.0)
+    traj = gf.integrate(chain, 1e-3, width=2, t1=1.0, progress=False)
+    with pytest.raises(ValueError, match="threshold = -1.0"):
+        th.plateaus(traj, threshold=-1.0)
+    with pytest.raises(TypeError, match="gradflow.Trajectory"):
+        gf.critical_points("traj.npz")
+
+
+@pytest.mark.slow
+def test_paper_chain_report():
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=300.0, progress=False)
+    rows = {r["quantity"]: r for r in gf.theory_report(traj)}
+    assert rows["origin escape rate"]["rel_error"] < 0.05
+    assert rows["focus growth rate"]["rel_error"] < 0.05
+    assert rows["focus token"]["measured"] == 0
+
+
+@pytest.mark.slow
+def test_delta_linear_law():
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, progress=False)
+    H = float(chain.unigram_entropy)
+    cp = next(p for p in gf.critical_points(traj) if p.converged and p.loss < H - 1e-3)
+    point, deltas, rates = cp.params, [], []
+    for delta in (0.05, 0.04, 0.03, 0.02, 0.01, 0.0):
+        ch = gf.chains.sticky(6, 0.5, 0.5, delta)
+        point, ok = th.refine_critical_point(ch, point)
+        assert ok
+        deltas.append(delta)
+        rates.append(gf.linearize(ch, point).unstable_rate)
+    x, y = np.array(deltas[:-1]), np.array(rates[:-1])
+    slope, intercept = np.polyfit(x, y, 1)
+    r2 = 1 - np.sum((y - slope * x - intercept) ** 2) / np.sum((y - y.mean()) ** 2)
+    assert r2 >= 0.98 and slope > 0
+    assert abs(rates[-1]) < 1e-6  # degenerate at delta = 0
