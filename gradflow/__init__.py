@@ -36,6 +36,9 @@ from ._model import (  # noqa: E402
     population_loss as population_loss,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from . import text as text  # noqa: E402
+from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._sgd import SGDRun as SGDRun, load_sgd as load_sgd, train_sgd as train_sgd  # noqa: E402
 
 
 try:
