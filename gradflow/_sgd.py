@@ -197,6 +197,11 @@ def _advance(params, opt_state, key, start, num_steps, sampler, optimizer, batch
 
 
 @eqx.filter_jit
+def _draw(sampler, key, num):
+    return sampler(key, num)
+
+
+@eqx.filter_jit
 def _first_batch_loss(params, key, sampler, batch_size):
     return _loss(params, sampler(key, batch_size))
 
@@ -208,7 +213,30 @@ def _population_observables(params: Params, chain: MarkovChain):
         grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
         return loss, jnp.sqrt(grad_sq)
 
-    return jax.lax.map(one, params)
+    return jax.vmap(one)(params)
+
+
+_OBS_CHUNK = 64
+
+
+def population_observables(params: Params, chain: MarkovChain):
+    """Population loss and $|\nabla L|$ of stacked parameters, in chunks of a
+    fixed size (the last one padded) so that runs with different numbers of
+    saves share one compilation."""
+    T = params.W0.shape[0]
+    losses, norms = [], []
+    for i in range(0, T, _OBS_CHUNK):
+        n = min(_OBS_CHUNK, T - i)
+        chunk = jax.tree.map(
+            lambda x: jnp.concatenate(
+                [x[i : i + n], jnp.repeat(x[i + n - 1 : i + n], _OBS_CHUNK - n, axis=0)]
+            ),
+            params,
+        )
+        loss, norm = _population_observables(chunk, chain)
+        losses.append(np.asarray(loss)[:n])
+        norms.append(np.asarray(norm)[:n])
+    return np.concatenate(losses), np.concatenate(norms)
 
 
 # Default optimizer: plain SGD with the learning rate held in the optimizer
@@ -519,7 +547,7 @@ def train_sgd(
     else:
         sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
     if num_sequences is not None:
-        sampler = DatasetSampler(sampler(sample_key, num_sequences), context)
+        sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
 
     if optimizer is None:
         opt = _DEFAULT_OPTIMIZER
@@ -552,10 +580,11 @@ def train_sgd(
                 count += n
                 done += n
                 bar.update(n)
-            if not math.isfinite(total):
+            finite = all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now))
+            if not (math.isfinite(total) and finite):
                 ok = False
                 message = (
-                    f"the mini-batch loss became non-finite between steps "
+                    f"the mini-batch loss or the parameters became non-finite between steps "
                     f"{done - count} and {done} (t <= {done * lr:.6g}); lower lr "
                     f"(now {lr}) or init_scale"
                 )
@@ -566,7 +595,7 @@ def train_sgd(
         bar.close()
 
     params_saved = jax.tree.map(lambda *xs: jnp.stack(xs), *saved)
-    pop_loss, grad_norm = _population_observables(params_saved, chain_dt)
+    pop_loss, grad_norm = population_observables(params_saved, chain_dt)
     steps_saved = steps[: len(saved)]
     wall = time.perf_counter() - start_time
     settings = {

@@ -1,0 +1,209 @@
+"""SGD against the population flow, on one time axis and one metric.
+
+Two parts (run both by default):
+
+- `tracking`: on chains not used anywhere else in gradflow (random seeds 101,
+  202, 303, a Zipf and a sticky chain with new parameters), SGD with context 256,
+  batch 512, lr 0.2 starts from the flow's initial point; we report the
+  relative error of the crossing times of the first drop and the mean
+  |population-loss gap| after it.
+- `convergence`: on the paper's chain, the gap to the flow as context, batch
+  size, lr and the dataset size N vary, with fitted log-log slopes; and the
+  bias of the finite-context loss itself, E[finite loss] - L, against context
+  at fixed parameters.
+
+    python examples/sgd_vs_flow.py --part tracking --out out/sgd
+    python examples/sgd_vs_flow.py --part convergence --out out/sgd
+
+Writes `<out>/<part>.json` and figures `docs/figures/sgd_*.png|pdf`.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import matplotlib
+
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+import gradflow as gf  # noqa: E402
+from gradflow._sgd import ChainSampler, _loss  # noqa: E402
+
+
+FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
+WIDTH, INIT_SCALE = 8, 1e-3
+
+
+def unseen_chains():
+    return {
+        "random(6, seed=101)": gf.chains.random(6, seed=101),
+        "random(6, seed=202, conc=0.5)": gf.chains.random(6, seed=202, concentration=0.5),
+        "random(8, seed=303)": gf.chains.random(8, seed=303),
+        "zipf(7, 1.2, rho=0.3)": gf.chains.zipf(7, 1.2, rho=0.3),
+        "sticky(5, 0.4, 0.6, 0.1)": gf.chains.sticky(5, 0.4, 0.6, 0.1),
+    }
+
+
+def flow_and_sgd(chain, t1, seed=0, **sgd):
+    p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, seed)
+    run = gf.train_sgd(chain, p0, t1=t1, seed=seed, progress=False, **sgd)
+    traj = gf.integrate(chain, params=p0, t1=float(run.ts[-1]), ts=run.ts, progress=False)
+    return traj, run, gf.compare(traj, run)
+
+
+def tracking(out: Path, t1: float):
+    results = {}
+    fig, axes = plt.subplots(1, 5, figsize=(17, 3.4), layout="constrained")
+    for ax, (name, chain) in zip(axes, unseen_chains().items()):
+        start = time.perf_counter()
+        traj, run, cmp = flow_and_sgd(chain, t1, context=256, batch_size=512, lr=0.2)
+        s = cmp.summary()
+        s["sgd_wall_time"] = run.stats["wall_time"]
+        s["total_wall_time"] = time.perf_counter() - start
+        results[name] = s
+        print(
+            f"{name:32s} max rel crossing err {s['max_crossing_rel_error']:.3f}  "
+            f"mean|gap| after drop {s['mean_abs_gap_after']:.5f} (saves), "
+            f"{s['time_avg_abs_gap_after']:.5f} (time avg)  "
+            f"(max {s['max_abs_gap_after']:.4f})  drop end t={s['drop_end']:.1f}",
+            flush=True,
+        )
+        pos = cmp.ts > 0
+        ax.plot(cmp.ts[pos], cmp.flow_loss[pos], "k-", lw=2, label="flow")
+        ax.plot(cmp.ts[pos], cmp.sgd_loss[pos], "C1--", label="SGD (s=256, B=512, lr=0.2)")
+        ax.axhline(float(chain.unigram_entropy), color="0.7", ls=":", label="H(pi)")
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("t = lr x step")
+    axes[0].set_ylabel("population loss")
+    axes[0].legend(fontsize=7)
+    _save(fig, "sgd_tracking")
+    (out / "tracking.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def _fit(xs, ys):
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    ok = np.isfinite(ys) & (ys > 0)
+    slope, _ = np.polyfit(np.log(xs[ok]), np.log(ys[ok]), 1)
+    return float(slope)
+
+
+def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
+    """E[finite-context loss] - population loss at fixed params (Monte Carlo)."""
+    out = []
+    for s in contexts:
+        sampler = ChainSampler(chain, s)
+        f = jax.jit(lambda k, sampler=sampler: _loss(params, sampler(k, 10_000)))
+        vals = [float(f(jax.random.key(seed * 1000 + i))) for i in range(num // 10_000)]
+        out.append((np.mean(vals), np.std(vals) / np.sqrt(len(vals))))
+    pop = float(gf.population_loss(params, chain))
+    return [(m - pop, se) for m, se in out]
+
+
+def convergence(out: Path, t1: float):
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    base = dict(context=256, batch_size=512, lr=0.2)
+    sweeps = {
+        "context": [16, 32, 64, 128, 256],
+        "batch_size": [32, 128, 512, 2048],
+        "lr": [0.8, 0.4, 0.2, 0.1],
+        "num_sequences": [512, 2048, 8192, 32768],
+    }
+    results = {}
+    for key, values in sweeps.items():
+        rows = []
+        for v in values:
+            kw = dict(base, **{key: v})
+            if key == "context":
+                kw["batch_size"] = 2048
+            traj, run, cmp = flow_and_sgd(chain, t1, seed=1, **kw)
+            after = cmp.ts >= cmp.drop_end
+            rows.append(
+                {
+                    key: v,
+                    "mean_abs_gap_after": cmp.mean_abs_gap_after,
+                    "mean_param_distance_after": float(np.mean(cmp.param_distance[after])),
+                    "max_crossing_rel_error": cmp.summary()["max_crossing_rel_error"],
+                    "wall_time": run.stats["wall_time"],
+                }
+            )
+            print(key, rows[-1], flush=True)
+        results[key] = {
+            "rows": rows,
+            "slope_gap": _fit(values, [r["mean_abs_gap_after"] for r in rows]),
+            "slope_param": _fit(values, [r["mean_param_distance_after"] for r in rows]),
+        }
+        print(key, "slopes", results[key]["slope_gap"], results[key]["slope_param"])
+    # The O(1/context) bias of the finite-context model at fixed parameters:
+    # the flow's point at t1 (past the first two drops, attention non-trivial).
+    p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, 1)
+    traj = gf.integrate(chain, params=p0, t1=t1, progress=False)
+    contexts = [8, 16, 32, 64, 128, 256]
+    bias = finite_context_bias(chain, traj.params[-1], contexts)
+    results["bias"] = {
+        "contexts": contexts,
+        "bias": [b for b, _ in bias],
+        "stderr": [se for _, se in bias],
+        "slope": _fit(contexts, [b for b, _ in bias]),
+    }
+    print("bias", results["bias"], flush=True)
+    (out / "convergence.json").write_text(json.dumps(results, indent=1))
+
+    fig, axes = plt.subplots(1, 5, figsize=(18, 3.4), layout="constrained")
+    for ax, key in zip(axes, sweeps):
+        r = results[key]
+        xs = [row[key] for row in r["rows"]]
+        ax.loglog(xs, [row["mean_abs_gap_after"] for row in r["rows"]], "o-",
+                  label=f"mean |loss gap| (slope {r['slope_gap']:.2f})")
+        ax.loglog(xs, [row["mean_param_distance_after"] for row in r["rows"]], "s--",
+                  label=f"mean rel. param distance (slope {r['slope_param']:.2f})")
+        ax.set_xlabel(key + (" (batch 2048)" if key == "context" else ""))
+        ax.set_ylabel("distance to the flow after the first drop")
+        ax.legend(fontsize=7)
+    b = results["bias"]
+    ax = axes[-1]
+    ax.errorbar(contexts, b["bias"], yerr=2 * np.asarray(b["stderr"]), fmt="o-",
+                label=f"E[finite loss] - L (slope {b['slope']:.2f})")
+    ax.loglog(contexts, b["bias"][0] * contexts[0] / np.asarray(contexts), "k:",
+              label="1/context")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("context s (fixed params: flow at t=%g)" % t1)
+    ax.set_ylabel("bias of the finite-context loss")
+    ax.legend(fontsize=7)
+    fig.suptitle("sticky(6, 0.5, 0.5, 0.05), width 8, init 1e-3, t1 = %g; base: s=256, "
+                 "B=512, lr=0.2, online" % t1, fontsize=9)
+    _save(fig, "sgd_convergence")
+    return results
+
+
+def _save(fig, name):
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIGURES / f"{name}.png", dpi=80)
+    fig.savefig(FIGURES / f"{name}.pdf")
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["tracking", "convergence", "all"], default="all")
+    parser.add_argument("--out", default="out/sgd")
+    parser.add_argument("--t1", type=float, default=None,
+                        help="final time (default 1000 for tracking, 300 for convergence)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.part in ("tracking", "all"):
+        tracking(out, args.t1 or 1000.0)
+    if args.part in ("convergence", "all"):
+        convergence(out, args.t1 or 300.0)
+
+
+if __name__ == "__main__":
+    main()
