@@ -42,7 +42,9 @@ WIDTH, INIT_SCALE = 8, 1e-3
 def unseen_chains():
     return {
         "random(6, seed=101)": gf.chains.random(6, seed=101),
-        "random(6, seed=202, conc=0.5)": gf.chains.random(6, seed=202, concentration=0.5),
+        "random(6, seed=202, conc=0.5)": gf.chains.random(
+            6, seed=202, concentration=0.5
+        ),
         "random(8, seed=303)": gf.chains.random(8, seed=303),
         "zipf(7, 1.2, rho=0.3)": gf.chains.zipf(7, 1.2, rho=0.3),
         "sticky(5, 0.4, 0.6, 0.1)": gf.chains.sticky(5, 0.4, 0.6, 0.1),
@@ -52,7 +54,9 @@ def unseen_chains():
 def flow_and_sgd(chain, t1, seed=0, **sgd):
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, seed)
     run = gf.train_sgd(chain, p0, t1=t1, seed=seed, progress=False, **sgd)
-    traj = gf.integrate(chain, params=p0, t1=float(run.ts[-1]), ts=run.ts, progress=False)
+    traj = gf.integrate(
+        chain, params=p0, t1=float(run.ts[-1]), ts=run.ts, progress=False
+    )
     return traj, run, gf.compare(traj, run)
 
 
@@ -75,7 +79,9 @@ def tracking(out: Path, t1: float):
         )
         pos = cmp.ts > 0
         ax.plot(cmp.ts[pos], cmp.flow_loss[pos], "k-", lw=2, label="flow")
-        ax.plot(cmp.ts[pos], cmp.sgd_loss[pos], "C1--", label="SGD (s=256, B=512, lr=0.2)")
+        ax.plot(
+            cmp.ts[pos], cmp.sgd_loss[pos], "C1--", label="SGD (s=256, B=512, lr=0.2)"
+        )
         ax.axhline(float(chain.unigram_entropy), color="0.7", ls=":", label="H(pi)")
         ax.set_xscale("log")
         ax.set_title(name, fontsize=9)
@@ -128,7 +134,9 @@ def convergence(out: Path, t1: float):
                 {
                     key: v,
                     "mean_abs_gap_after": cmp.mean_abs_gap_after,
-                    "mean_param_distance_after": float(np.mean(cmp.param_distance[after])),
+                    "mean_param_distance_after": float(
+                        np.mean(cmp.param_distance[after])
+                    ),
                     "max_crossing_rel_error": cmp.summary()["max_crossing_rel_error"],
                     "wall_time": run.stats["wall_time"],
                 }
@@ -156,29 +164,49 @@ def convergence(out: Path, t1: float):
     (out / "convergence.json").write_text(json.dumps(results, indent=1))
 
     fig, axes = plt.subplots(1, 5, figsize=(18, 3.4), layout="constrained")
-    for ax, key in zip(axes, sweeps):
+    for ax, key in zip(axes[: len(sweeps)], sweeps, strict=True):
         r = results[key]
         xs = [row[key] for row in r["rows"]]
-        ax.loglog(xs, [row["mean_abs_gap_after"] for row in r["rows"]], "o-",
-                  label=f"mean |loss gap| (slope {r['slope_gap']:.2f})")
-        ax.loglog(xs, [row["mean_param_distance_after"] for row in r["rows"]], "s--",
-                  label=f"mean rel. param distance (slope {r['slope_param']:.2f})")
+        ax.loglog(
+            xs,
+            [row["mean_abs_gap_after"] for row in r["rows"]],
+            "o-",
+            label=f"mean |loss gap| (slope {r['slope_gap']:.2f})",
+        )
+        ax.loglog(
+            xs,
+            [row["mean_param_distance_after"] for row in r["rows"]],
+            "s--",
+            label=f"mean rel. param distance (slope {r['slope_param']:.2f})",
+        )
         ax.set_xlabel(key + (" (batch 2048)" if key == "context" else ""))
         ax.set_ylabel("distance to the flow after the first drop")
         ax.legend(fontsize=7)
     b = results["bias"]
     ax = axes[-1]
-    ax.errorbar(contexts, b["bias"], yerr=2 * np.asarray(b["stderr"]), fmt="o-",
-                label=f"E[finite loss] - L (slope {b['slope']:.2f})")
-    ax.loglog(contexts, b["bias"][0] * contexts[0] / np.asarray(contexts), "k:",
-              label="1/context")
+    ax.errorbar(
+        contexts,
+        b["bias"],
+        yerr=2 * np.asarray(b["stderr"]),
+        fmt="o-",
+        label=f"E[finite loss] - L (slope {b['slope']:.2f})",
+    )
+    ax.loglog(
+        contexts,
+        b["bias"][0] * contexts[0] / np.asarray(contexts),
+        "k:",
+        label="1/context",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("context s (fixed params: flow at t=%g)" % t1)
     ax.set_ylabel("bias of the finite-context loss")
     ax.legend(fontsize=7)
-    fig.suptitle("sticky(6, 0.5, 0.5, 0.05), width 8, init 1e-3, t1 = %g; base: s=256, "
-                 "B=512, lr=0.2, online" % t1, fontsize=9)
+    fig.suptitle(
+        "sticky(6, 0.5, 0.5, 0.05), width 8, init 1e-3, t1 = %g; base: s=256, "
+        "B=512, lr=0.2, online" % t1,
+        fontsize=9,
+    )
     _save(fig, "sgd_convergence")
     return results
 
@@ -192,10 +220,16 @@ def _save(fig, name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["tracking", "convergence", "all"], default="all")
+    parser.add_argument(
+        "--part", choices=["tracking", "convergence", "all"], default="all"
+    )
     parser.add_argument("--out", default="out/sgd")
-    parser.add_argument("--t1", type=float, default=None,
-                        help="final time (default 1000 for tracking, 300 for convergence)")
+    parser.add_argument(
+        "--t1",
+        type=float,
+        default=None,
+        help="final time (default 1000 for tracking, 300 for convergence)",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,8 @@ class Comparison(eqx.Module):
       way from the initial loss down to $H(\pi)$; `flow_crossings`,
       `sgd_crossings`: first times each level is reached; `crossing_rel_error`
       $= |t_\text{SGD} - t_\text{flow}| / t_\text{flow}$.
-    - `drop_end`: the flow's crossing of the deepest level; over
+    - `drop_end`: the flow's crossing of the deepest level (`nan` if it is not
+      reached, and then so are the statistics after it); over
       `ts >= drop_end`: `mean_abs_gap_after`, the mean of $|$`loss_gap`$|$ over
       the saves (on the default log grid, an average in $\log t$);
       `time_avg_abs_gap_after`, its average in $t$ (trapezoidal, weighting late
@@ -115,13 +116,17 @@ class Comparison(eqx.Module):
         import matplotlib.pyplot as plt
 
         fig, (ax, bx) = plt.subplots(
-            2, 1, figsize=(7, 6), sharex=True, height_ratios=(2, 1),
+            2,
+            1,
+            figsize=(7, 6),
+            sharex=True,
+            height_ratios=(2, 1),
             layout="constrained",
         )
         pos = self.ts > 0
         ax.plot(self.ts[pos], self.flow_loss[pos], "k-", lw=2, label=self.labels[0])
         ax.plot(self.ts[pos], self.sgd_loss[pos], "C1--", lw=1.5, label=self.labels[1])
-        for lv, tc in zip(self.levels, self.flow_crossings):
+        for lv, tc in zip(self.levels, self.flow_crossings, strict=True):
             ax.axhline(lv, color="0.85", lw=0.8, zorder=0)
             if np.isfinite(tc):
                 ax.plot(tc, lv, "k|", ms=10)
@@ -131,8 +136,16 @@ class Comparison(eqx.Module):
         if title:
             ax.set_title(title)
         bx.plot(self.ts[pos], np.abs(self.loss_gap[pos]), "C0-", label="|loss gap|")
-        bx.plot(self.ts[pos], self.param_distance[pos], "C2-", label="relative parameter distance")
-        bx.axvline(self.drop_end, color="0.6", ls=":", label="end of first drop (flow)")
+        bx.plot(
+            self.ts[pos],
+            self.param_distance[pos],
+            "C2-",
+            label="relative parameter distance",
+        )
+        if math.isfinite(self.drop_end):
+            bx.axvline(
+                self.drop_end, color="0.6", ls=":", label="end of first drop (flow)"
+            )
         bx.set_yscale("log")
         bx.set_xlabel("time t = lr x step")
         bx.set_ylabel("distance")
@@ -185,7 +198,9 @@ def compare(
     for name, obj in (("traj", traj), ("run", run)):
         for field in ("ts", "loss", "params", "chain"):
             if not hasattr(obj, field):
-                raise TypeError(f"{name} has no field {field!r}: got {type(obj).__name__}")
+                raise TypeError(
+                    f"{name} has no field {field!r}: got {type(obj).__name__}"
+                )
     if traj.chain.d != run.chain.d:
         raise ValueError(
             f"the flow has d = {traj.chain.d} tokens but the SGD run has d = {run.chain.d}"
@@ -211,7 +226,9 @@ def compare(
     else:
         flow_loss = _interp(ts, ft, np.asarray(traj.loss, float))
         flow_p = [_interp(ts, ft, x) for x in _leaves(traj.params)]
-    diff = sum(np.sum((a - b) ** 2, axis=(-2, -1)) for a, b in zip(sgd_p, flow_p))
+    diff = sum(
+        np.sum((a - b) ** 2, axis=(-2, -1)) for a, b in zip(sgd_p, flow_p, strict=True)
+    )
     norm = sum(np.sum(b**2, axis=(-2, -1)) for b in flow_p)
     param_distance = np.sqrt(diff / np.maximum(norm, np.finfo(float).tiny))
 
@@ -223,20 +240,26 @@ def compare(
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.abs(sc - fc) / fc
     rel = np.where(np.isfinite(fc) & ~np.isfinite(sc), np.inf, rel)
-    drop_end = float(np.nanmax(fc)) if np.isfinite(fc).any() else math.nan
+    # The drop is over when the flow reaches the deepest level; if it never
+    # does within the run, there is no "after the drop".
+    drop_end = float(fc[int(np.argmax(fractions))])
     after = ts >= drop_end if math.isfinite(drop_end) else np.zeros_like(ts, bool)
     gap = sgd_loss - flow_loss
     mean_after = float(np.mean(np.abs(gap[after]))) if after.any() else math.nan
     max_after = float(np.max(np.abs(gap[after]))) if after.any() else math.nan
     if after.sum() >= 2:
         ta, ga = ts[after], np.abs(gap[after])
-        time_avg = float(np.sum(np.diff(ta) * (ga[1:] + ga[:-1]) / 2) / (ta[-1] - ta[0]))
+        time_avg = float(
+            np.sum(np.diff(ta) * (ga[1:] + ga[:-1]) / 2) / (ta[-1] - ta[0])
+        )
     else:
         time_avg = mean_after
 
     flow_stages = _stage_times(getattr(traj, "stages", ()))
     sgd_stages = _stage_times(getattr(run, "stages", ()))
-    stage_diffs = {k: sgd_stages[k] - flow_stages[k] for k in flow_stages if k in sgd_stages}
+    stage_diffs = {
+        k: sgd_stages[k] - flow_stages[k] for k in flow_stages if k in sgd_stages
+    }
     return Comparison(
         ts=ts,
         flow_loss=flow_loss,

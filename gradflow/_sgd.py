@@ -33,11 +33,21 @@ from ._integrate import (
     _resolve_dtype,
     default_save_times,
 )
-from ._model import Params, _attention_weights, _check_init_scale, init_params
-from ._model import population_loss as _population_loss
+from ._model import (
+    Params,
+    _attention_weights,
+    _check_init_scale,
+    init_params,
+    population_loss as _population_loss,
+)
 from ._text import TokenStream
-from ._trajectory import _json_default, _record, _version, atomic_write
-from ._trajectory import read_npz_with_meta
+from ._trajectory import (
+    _json_default,
+    _record,
+    _version,
+    atomic_write,
+    read_npz_with_meta,
+)
 
 
 FORMAT_NAME = "gradflow-sgd"
@@ -160,7 +170,9 @@ def counted_context_loss(
 
 
 def _loss(params: Params, batch) -> jax.Array:
-    return counted_context_loss(params, *context_counts(batch, params.d, params.W0.dtype))
+    return counted_context_loss(
+        params, *context_counts(batch, params.d, params.W0.dtype)
+    )
 
 
 def sgd_step(
@@ -187,7 +199,11 @@ def _advance(params, opt_state, key, start, num_steps, sampler, optimizer, batch
     def body(i, carry):
         params, opt_state, total = carry
         params, opt_state, loss = sgd_step(
-            params, opt_state, jax.random.fold_in(key, start + i), sampler, optimizer,
+            params,
+            opt_state,
+            jax.random.fold_in(key, start + i),
+            sampler,
+            optimizer,
             batch_size,
         )
         return params, opt_state, total + loss
@@ -219,6 +235,12 @@ def _population_observables(params: Params, chain: MarkovChain):
 _OBS_CHUNK = 64
 
 
+def _pad_rows(x):
+    """Pads the leading axis to `_OBS_CHUNK` rows by repeating the last row."""
+    extra = _OBS_CHUNK - x.shape[0]
+    return jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
+
+
 def population_observables(params: Params, chain: MarkovChain):
     """Population loss and $|\nabla L|$ of stacked parameters, in chunks of a
     fixed size (the last one padded) so that runs with different numbers of
@@ -227,12 +249,7 @@ def population_observables(params: Params, chain: MarkovChain):
     losses, norms = [], []
     for i in range(0, T, _OBS_CHUNK):
         n = min(_OBS_CHUNK, T - i)
-        chunk = jax.tree.map(
-            lambda x: jnp.concatenate(
-                [x[i : i + n], jnp.repeat(x[i + n - 1 : i + n], _OBS_CHUNK - n, axis=0)]
-            ),
-            params,
-        )
+        chunk = jax.tree.map(lambda x, i=i, n=n: _pad_rows(x[i : i + n]), params)
         loss, norm = _population_observables(chunk, chain)
         losses.append(np.asarray(loss)[:n])
         norms.append(np.asarray(norm)[:n])
@@ -323,8 +340,12 @@ class SGDRun(eqx.Module):
             "ok": bool(self.ok),
             "message": self.message,
             "tokens": list(self.chain.tokens) if self.chain.tokens else None,
-            "stages": [dict(s) if isinstance(s, dict) else _record(s) for s in self.stages],
-            "events": [dict(e) if isinstance(e, dict) else _record(e) for e in self.events],
+            "stages": [
+                dict(s) if isinstance(s, dict) else _record(s) for s in self.stages
+            ],
+            "events": [
+                dict(e) if isinstance(e, dict) else _record(e) for e in self.events
+            ],
             "extras": sorted(self.extras),
         }
         arrays = {
@@ -334,7 +355,9 @@ class SGDRun(eqx.Module):
             "grad_norm": np.asarray(self.grad_norm),
             "train_loss": np.asarray(self.train_loss),
             "P": np.asarray(self.chain.P),
-            **{f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES},
+            **{
+                f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES
+            },
             **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
         }
         arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
@@ -375,7 +398,9 @@ def load_sgd(path) -> SGDRun:
             extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
         )
     except KeyError as e:
-        raise ValueError(f"'{path}' is an incomplete gradflow SGD run: missing {e}") from None
+        raise ValueError(
+            f"'{path}' is an incomplete gradflow SGD run: missing {e}"
+        ) from None
 
 
 def _attach_stages(run: SGDRun) -> SGDRun:
@@ -421,7 +446,9 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
         ts = default_save_times(t1)
     ts = np.asarray(ts, dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0 or not np.isfinite(ts).all():
-        raise ValueError(f"ts must be a non-empty 1-D array of finite times, got {ts!r}")
+        raise ValueError(
+            f"ts must be a non-empty 1-D array of finite times, got {ts!r}"
+        )
     if ts.min() < 0 or ts.max() > t1 * (1 + 1e-12):
         raise ValueError(
             f"ts must lie in [0, t1] = [0, {t1}], got values from {ts.min()} to {ts.max()}"
@@ -522,7 +549,9 @@ def train_sgd(
             f"the corpus has {len(source)} tokens, too few for windows of context + 1 "
             f"= {context + 1} tokens (need at least {context + 2})"
         )
-    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+    if optimizer is not None and not isinstance(
+        optimizer, optax.GradientTransformation
+    ):
         raise TypeError(
             f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}"
         )
@@ -564,7 +593,10 @@ def train_sgd(
     import tqdm
 
     bar = tqdm.tqdm(
-        total=int(steps[-1]), delay=2.0, disable=not progress, desc="gradflow sgd",
+        total=int(steps[-1]),
+        delay=2.0,
+        disable=not progress,
+        desc="gradflow sgd",
         unit="step",
     )
     try:
@@ -573,14 +605,22 @@ def train_sgd(
             while done < target:
                 n = int(min(_CHUNK, target - done))
                 params_now, opt_state, chunk_sum = _advance(
-                    params_now, opt_state, step_key, jnp.asarray(done), jnp.asarray(n),
-                    sampler, opt, batch_size,
+                    params_now,
+                    opt_state,
+                    step_key,
+                    jnp.asarray(done),
+                    jnp.asarray(n),
+                    sampler,
+                    opt,
+                    batch_size,
                 )
                 total += float(chunk_sum)
                 count += n
                 done += n
                 bar.update(n)
-            finite = all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now))
+            finite = all(
+                bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)
+            )
             if not (math.isfinite(total) and finite):
                 ok = False
                 message = (

@@ -363,4 +363,3 @@ __all__ = [
     "read_text",
     "tokenize",
 ]
-

@@ -4,6 +4,7 @@ import numpy as np
 import optax
 import pytest
 import scipy.stats
+from conftest import random_params
 
 import gradflow as gf
 from gradflow._sgd import (
@@ -13,8 +14,6 @@ from gradflow._sgd import (
     context_counts,
     counted_context_loss,
 )
-
-from conftest import random_params
 
 
 # ------------------------------------------------------------------ sampling
@@ -30,8 +29,12 @@ def _chi2_pvalues(seqs, P, pi):
     """p-values of chi-square tests: x_1 ~ pi, x_last ~ pi, each row of P."""
     d = P.shape[0]
     out = [
-        scipy.stats.chisquare(np.bincount(seqs[:, 0], minlength=d), pi * len(seqs)).pvalue,
-        scipy.stats.chisquare(np.bincount(seqs[:, -1], minlength=d), pi * len(seqs)).pvalue,
+        scipy.stats.chisquare(
+            np.bincount(seqs[:, 0], minlength=d), pi * len(seqs)
+        ).pvalue,
+        scipy.stats.chisquare(
+            np.bincount(seqs[:, -1], minlength=d), pi * len(seqs)
+        ).pvalue,
     ]
     counts = _pair_counts(seqs, d)
     for i in range(d):
@@ -99,12 +102,16 @@ def _numpy_loss(W0, W1, WQ, WK, seqs):
 def test_finite_context_loss_and_gradient_against_numpy():
     d, m = 4, 3
     params = random_params(d, m, 0.7, seed=5)
-    seqs = np.asarray(ChainSampler(gf.chains.random(d, seed=2), 12)(jax.random.key(4), 6))
+    seqs = np.asarray(
+        ChainSampler(gf.chains.random(d, seed=2), 12)(jax.random.key(4), 6)
+    )
     arrays = [np.asarray(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")]
     ref = _numpy_loss(*arrays, seqs)
     counted = counted_context_loss(params, *context_counts(jnp.asarray(seqs), d))
     np.testing.assert_allclose(float(counted), ref, rtol=1e-12)
-    np.testing.assert_allclose(float(gf.finite_context_loss(params, seqs)), ref, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(gf.finite_context_loss(params, seqs)), ref, rtol=1e-12
+    )
 
     grad = jax.grad(
         lambda p: counted_context_loss(p, *context_counts(jnp.asarray(seqs), d))
@@ -118,7 +125,9 @@ def test_finite_context_loss_and_gradient_against_numpy():
             plus[k][idx] += h
             minus[k][idx] -= h
             fd[idx] = (_numpy_loss(*plus, seqs) - _numpy_loss(*minus, seqs)) / (2 * h)
-        np.testing.assert_allclose(np.asarray(getattr(grad, name)), fd, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            np.asarray(getattr(grad, name)), fd, rtol=1e-6, atol=1e-9
+        )
 
 
 # ------------------------------------------------------------------ train_sgd
@@ -136,11 +145,15 @@ SMALL = dict(context=8, batch_size=16, progress=False)
 def test_full_batch_equals_gradient_descent():
     chain = _small_chain()
     p0 = random_params(4, 3, 0.5, seed=1)
-    run = gf.train_sgd(chain, p0, num_sequences=16, lr=0.3, t1=1.5, ts=[0.0, 1.5], **SMALL)
+    run = gf.train_sgd(
+        chain, p0, num_sequences=16, lr=0.3, t1=1.5, ts=[0.0, 1.5], **SMALL
+    )
     data = ChainSampler(chain, 8)(
         jax.random.split(jax.random.fold_in(jax.random.key(0), 0x5EED))[0], 16
     )
-    grad = jax.jit(jax.grad(lambda p: counted_context_loss(p, *context_counts(data, 4))))
+    grad = jax.jit(
+        jax.grad(lambda p: counted_context_loss(p, *context_counts(data, 4)))
+    )
     p = p0
     for _ in range(5):
         p = jax.tree.map(lambda x, g: x - 0.3 * g, p, grad(p))
@@ -173,8 +186,16 @@ def test_tiny_lr_huge_batch_approaches_flow():
     traj = gf.integrate(chain, params=p0, t1=t1, ts=[0.0, t1], progress=False)
     gaps = []
     for lr, batch, context in [(0.4, 16, 8), (0.1, 96, 32), (0.025, 768, 128)]:
-        run = gf.train_sgd(chain, p0, lr=lr, batch_size=batch, context=context, t1=t1,
-                           ts=[0.0, t1], progress=False)
+        run = gf.train_sgd(
+            chain,
+            p0,
+            lr=lr,
+            batch_size=batch,
+            context=context,
+            t1=t1,
+            ts=[0.0, t1],
+            progress=False,
+        )
         cmp = gf.compare(traj, run)
         gaps.append(cmp.param_distance[-1])
     assert gaps[0] > gaps[1] > gaps[2]
@@ -183,8 +204,15 @@ def test_tiny_lr_huge_batch_approaches_flow():
 
 def test_text_source_and_optimizer():
     stream = gf.text.encode(None, vocab_size=4)
-    run = gf.train_sgd(stream, init_scale=0.1, width=3, lr=0.5, t1=10.0,
-                       optimizer=optax.sgd(0.5, momentum=0.5), **SMALL)
+    run = gf.train_sgd(
+        stream,
+        init_scale=0.1,
+        width=3,
+        lr=0.5,
+        t1=10.0,
+        optimizer=optax.sgd(0.5, momentum=0.5),
+        **SMALL,
+    )
     assert run.ok and run.chain is stream.chain
     assert run.settings["source"] == "text:builtin"
     assert run.population_loss[-1] < run.population_loss[0] - 0.05
@@ -202,19 +230,27 @@ def test_save_load_roundtrip(tmp_path):
     assert back.settings == run.settings and back.ok
     np.testing.assert_allclose(back.chain.P, run.chain.P)
     traj = gf.Trajectory(
-        ts=run.ts, loss=run.loss, grad_norm=run.grad_norm, params=run.params,
-        chain=run.chain, settings={}, stats={},
+        ts=run.ts,
+        loss=run.loss,
+        grad_norm=run.grad_norm,
+        params=run.params,
+        chain=run.chain,
+        settings={},
+        stats={},
     )
     traj.save(tmp_path / "traj.npz")
-    with pytest.raises(ValueError, match="'gradflow-trajectory' file, not a 'gradflow-sgd'"):
+    with pytest.raises(
+        ValueError, match="'gradflow-trajectory' file, not a 'gradflow-sgd'"
+    ):
         gf.load_sgd(tmp_path / "traj.npz")
     with pytest.raises(FileNotFoundError, match="no such file"):
         gf.load_sgd(tmp_path / "missing.npz")
 
 
 def test_divergence_is_reported():
-    run = gf.train_sgd(_small_chain(), init_scale=3.0, width=3, lr=1e200, t1=1e201,
-                       **SMALL)
+    run = gf.train_sgd(
+        _small_chain(), init_scale=3.0, width=3, lr=1e200, t1=1e201, **SMALL
+    )
     assert not run.ok and "non-finite" in run.message and "lower lr" in run.message
 
 
@@ -226,7 +262,11 @@ def test_divergence_is_reported():
         (dict(context=0), ValueError, "context must be >= 1, got context = 0"),
         (dict(batch_size=0), ValueError, "batch_size must be >= 1, got batch_size = 0"),
         (dict(batch_size=2.5), TypeError, "batch_size must be an integer"),
-        (dict(num_sequences=4), ValueError, "num_sequences = 4 is smaller than batch_size"),
+        (
+            dict(num_sequences=4),
+            ValueError,
+            "num_sequences = 4 is smaller than batch_size",
+        ),
         (dict(t1=0.01), ValueError, "shorter than one step"),
         (dict(ts=[0.0, 5.0]), ValueError, r"ts must lie in \[0, t1\]"),
         (dict(init_scale=None), ValueError, "give exactly one of init_scale"),
@@ -234,8 +274,9 @@ def test_divergence_is_reported():
     ],
 )
 def test_bad_input(kwargs, error, match):
-    base = dict(init_scale=0.1, width=3, context=4, batch_size=8, lr=0.1, t1=1.0,
-                progress=False)
+    base = dict(
+        init_scale=0.1, width=3, context=4, batch_size=8, lr=0.1, t1=1.0, progress=False
+    )
     with pytest.raises(error, match=match):
         gf.train_sgd(_small_chain(), **{**base, **kwargs})
 
@@ -265,13 +306,20 @@ def test_compare_flow_with_itself_and_shifted():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     traj = gf.integrate(chain, 1e-3, width=8, t1=100.0, progress=False)
     same = gf.compare(traj, traj)
-    assert same.exact and np.all(same.loss_gap == 0) and np.all(same.param_distance == 0)
+    assert (
+        same.exact and np.all(same.loss_gap == 0) and np.all(same.param_distance == 0)
+    )
     np.testing.assert_array_equal(same.flow_crossings, same.sgd_crossings)
     assert 20 < same.drop_end < 80 and same.mean_abs_gap_after == 0
     # A copy delayed by 10 % in time: crossings 10 % late, and a loss gap.
     late = gf.Trajectory(
-        ts=traj.ts * 1.1, loss=traj.loss, grad_norm=traj.grad_norm, params=traj.params,
-        chain=chain, settings={}, stats={},
+        ts=traj.ts * 1.1,
+        loss=traj.loss,
+        grad_norm=traj.grad_norm,
+        params=traj.params,
+        chain=chain,
+        settings={},
+        stats={},
     )
     cmp = gf.compare(traj, late)
     assert not cmp.exact
@@ -284,8 +332,12 @@ def test_compare_bad_input():
         p = random_params(d, 3, 0.1, seed=0)
         p = jax.tree.map(lambda x: np.stack([np.asarray(x)] * 3), p)
         return gf.Trajectory(
-            ts=np.array([0.0, 1.0, 2.0]), loss=np.array([1.0, 0.9, 0.8]),
-            grad_norm=np.ones(3), params=p, chain=gf.chains.sticky(d), settings={},
+            ts=np.array([0.0, 1.0, 2.0]),
+            loss=np.array([1.0, 0.9, 0.8]),
+            grad_norm=np.ones(3),
+            params=p,
+            chain=gf.chains.sticky(d),
+            settings={},
             stats={},
         )
 
@@ -294,3 +346,14 @@ def test_compare_bad_input():
         gf.compare(a, b)
     with pytest.raises(ValueError, match=r"fractions must lie in \(0, 1\)"):
         gf.compare(a, a, fractions=(0.5, 1.0))
+
+
+def test_cli_sgd_bad_input(capsys):
+    from gradflow.cli import main
+
+    assert main(["sgd", "--lr", "-0.5"]) == 2
+    assert "lr must be finite and > 0, got lr = -0.5" in capsys.readouterr().err
+    assert main(["sgd", "--context", "0"]) == 2
+    assert "context must be >= 1, got context = 0" in capsys.readouterr().err
+    assert main(["sgd", "--text", "builtin", "--vocab-size", "100000"]) == 2
+    assert "larger than the" in capsys.readouterr().err

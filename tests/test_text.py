@@ -108,11 +108,39 @@ def test_empty_and_too_small(tmp_path):
 def test_bad_vocab_size_and_smoothing():
     with pytest.raises(ValueError, match="vocab_size must be >= 2.*got vocab_size = 1"):
         gf.chains.from_text(ENGLISH, vocab_size=1)
-    with pytest.raises(ValueError, match=r"vocab_size = 500 is larger than the \d+ distinct"):
+    with pytest.raises(
+        ValueError, match=r"vocab_size = 500 is larger than the \d+ distinct"
+    ):
         gf.chains.from_text(ENGLISH, vocab_size=500)
     with pytest.raises(TypeError, match="vocab_size must be an integer"):
         gf.chains.from_text(ENGLISH, vocab_size=3.5)
-    with pytest.raises(ValueError, match="smoothing must be finite and > 0.*got smoothing = 0"):
+    with pytest.raises(
+        ValueError, match="smoothing must be finite and > 0.*got smoothing = 0"
+    ):
         gf.chains.from_text(ENGLISH, vocab_size=3, smoothing=0)
     with pytest.raises(ValueError, match="level must be one of.*'byte'"):
         gf.text.load(None, level="byte")
+
+
+def test_cli_text_arguments(tmp_path):
+    import argparse
+
+    from gradflow._cli_sgd import add_text_arguments, chain_from_text_args
+
+    parser = argparse.ArgumentParser()
+    add_text_arguments(parser)
+    assert chain_from_text_args(parser.parse_args([])) is None
+    path = tmp_path / "t.txt"
+    path.write_text(ENGLISH, encoding="utf-8")
+    chain = chain_from_text_args(
+        parser.parse_args(["--text", str(path), "--vocab-size", "4"])
+    )
+    assert chain.tokens[0] == "the" and chain.d == 4
+    chain = chain_from_text_args(
+        parser.parse_args(["--text", "builtin", "--level", "char"])
+    )
+    assert chain.d == 30 and chain.tokens[0] == " "
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        chain_from_text_args(
+            parser.parse_args(["--text", str(tmp_path / "missing.raw")])
+        )
