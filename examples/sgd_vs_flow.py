@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import matplotlib
 
 
@@ -32,7 +33,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import gradflow as gf  # noqa: E402
-from gradflow._sgd import ChainSampler, _loss  # noqa: E402
+from gradflow._model import _attention_weights  # noqa: E402
+from gradflow._sgd import ChainSampler, context_counts  # noqa: E402
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
@@ -51,9 +53,10 @@ def unseen_chains():
     }
 
 
-def flow_and_sgd(chain, t1, seed=0, **sgd):
+def flow_and_sgd(chain, t1, seed=0, data_seed=None, **sgd):
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, seed)
-    run = gf.train_sgd(chain, p0, t1=t1, seed=seed, progress=False, **sgd)
+    data_seed = seed if data_seed is None else data_seed
+    run = gf.train_sgd(chain, p0, t1=t1, seed=data_seed, progress=False, **sgd)
     traj = gf.integrate(
         chain, params=p0, t1=float(run.ts[-1]), ts=run.ts, progress=False
     )
@@ -93,6 +96,29 @@ def tracking(out: Path, t1: float):
     return results
 
 
+def diagnose(out: Path, t1: float):
+    """sticky(5, 0.4, 0.6, 0.1): SGD leaves the H(pi) plateau early. Is it the
+    data noise (other data seeds), or does it shrink with context and batch?"""
+    chain = unseen_chains()["sticky(5, 0.4, 0.6, 0.1)"]
+    configs = [
+        dict(context=256, batch_size=512, lr=0.2, data_seed=1),
+        dict(context=256, batch_size=512, lr=0.2, data_seed=2),
+        dict(context=1024, batch_size=2048, lr=0.2, data_seed=0),
+    ]
+    rows = []
+    for kw in configs:
+        traj, run, cmp = flow_and_sgd(chain, t1, **kw)
+        lv = 0.5 * (float(chain.unigram_entropy) + 1.3)  # halfway down the 2nd drop
+        from gradflow._compare import crossing_time
+
+        row = dict(kw, **{k: v for k, v in cmp.summary().items() if "gap" in k})
+        row["second_drop_flow_t"] = crossing_time(cmp.ts, cmp.flow_loss, lv)
+        row["second_drop_sgd_t"] = crossing_time(cmp.ts, cmp.sgd_loss, lv)
+        rows.append(row)
+        print(row, flush=True)
+    (out / "diagnose.json").write_text(json.dumps(rows, indent=1))
+
+
 def _fit(xs, ys):
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     ok = np.isfinite(ys) & (ys > 0)
@@ -100,16 +126,39 @@ def _fit(xs, ys):
     return float(slope)
 
 
+def expected_finite_loss(params, chain, batch):
+    """Finite-context loss per sequence with the target averaged out exactly:
+    E[-log p(x_{s+1}) | context] = -sum_y P[x_s, y] log p(y | context).
+    Same mean as the sampled-target loss, far smaller variance."""
+    query, counts, _ = context_counts(batch, chain.d)
+    E = params.W0
+    alpha = _attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
+    logp = jax.nn.log_softmax(params.W1 @ (E @ alpha.T), axis=0)  # (d, b)
+    return -jnp.sum(chain.P[query].T * logp, axis=0)
+
+
 def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
-    """E[finite-context loss] - population loss at fixed params (Monte Carlo)."""
+    """E[finite-context loss] - population loss at fixed params (Monte Carlo,
+    target averaged out); returns (bias, standard error) per context."""
+    params = jax.tree.map(jnp.asarray, params)
+    # Control variate: the population loss of each query token, g(q), has mean
+    # L over q ~ pi (x_s is stationary), so bias = E[f(q, counts) - g(q)].
+    Z = gf.population_logits(params, chain)
+    g = jax.nn.logsumexp(Z, axis=0) - jnp.sum(chain.P.T * Z, axis=0)
     out = []
     for s in contexts:
         sampler = ChainSampler(chain, s)
-        f = jax.jit(lambda k, sampler=sampler: _loss(params, sampler(k, 10_000)))
-        vals = [float(f(jax.random.key(seed * 1000 + i))) for i in range(num // 10_000)]
-        out.append((np.mean(vals), np.std(vals) / np.sqrt(len(vals))))
-    pop = float(gf.population_loss(params, chain))
-    return [(m - pop, se) for m, se in out]
+
+        def f(k, sampler=sampler):
+            batch = sampler(k, 10_000)
+            return expected_finite_loss(params, chain, batch) - g[batch[:, -2]]
+
+        f = jax.jit(f)
+        vals = np.concatenate(
+            [np.asarray(f(jax.random.key(seed * 1000 + i))) for i in range(num // 10_000)]
+        )
+        out.append((float(vals.mean()), float(vals.std() / np.sqrt(vals.size))))
+    return out
 
 
 def convergence(out: Path, t1: float):
@@ -148,6 +197,7 @@ def convergence(out: Path, t1: float):
             "slope_param": _fit(values, [r["mean_param_distance_after"] for r in rows]),
         }
         print(key, "slopes", results[key]["slope_gap"], results[key]["slope_param"])
+    (out / "convergence.json").write_text(json.dumps(results, indent=1))
     # The O(1/context) bias of the finite-context model at fixed parameters:
     # the flow's point at t1 (past the first two drops, attention non-trivial).
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, 1)
@@ -163,8 +213,14 @@ def convergence(out: Path, t1: float):
     print("bias", results["bias"], flush=True)
     (out / "convergence.json").write_text(json.dumps(results, indent=1))
 
-    fig, axes = plt.subplots(1, 5, figsize=(18, 3.4), layout="constrained")
-    for ax, key in zip(axes[: len(sweeps)], sweeps, strict=True):
+    plot_convergence(results, t1)
+    return results
+
+
+def plot_convergence(results, t1):
+    keys = ["context", "batch_size", "lr", "num_sequences"]
+    fig, axes = plt.subplots(1, 5, figsize=(18, 3.6), layout="constrained")
+    for ax, key in zip(axes[: len(keys)], keys, strict=True):
         r = results[key]
         xs = [row[key] for row in r["rows"]]
         ax.loglog(
@@ -179,10 +235,13 @@ def convergence(out: Path, t1: float):
             "s--",
             label=f"mean rel. param distance (slope {r['slope_param']:.2f})",
         )
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.minorticks_off()
         ax.set_xlabel(key + (" (batch 2048)" if key == "context" else ""))
-        ax.set_ylabel("distance to the flow after the first drop")
         ax.legend(fontsize=7)
+    axes[0].set_ylabel("distance to the flow after the first drop")
     b = results["bias"]
+    contexts = np.asarray(b["contexts"])
     ax = axes[-1]
     ax.errorbar(
         contexts,
@@ -191,24 +250,20 @@ def convergence(out: Path, t1: float):
         fmt="o-",
         label=f"E[finite loss] - L (slope {b['slope']:.2f})",
     )
-    ax.loglog(
-        contexts,
-        b["bias"][0] * contexts[0] / np.asarray(contexts),
-        "k:",
-        label="1/context",
-    )
+    ax.plot(contexts, b["bias"][-1] * contexts[-1] / contexts, "k:", label="c / context")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("context s (fixed params: flow at t=%g)" % t1)
+    ax.set_xticks(contexts, [str(c) for c in contexts])
+    ax.minorticks_off()
+    ax.set_xlabel(f"context s (fixed params: the flow at t = {t1:g})")
     ax.set_ylabel("bias of the finite-context loss")
     ax.legend(fontsize=7)
     fig.suptitle(
-        "sticky(6, 0.5, 0.5, 0.05), width 8, init 1e-3, t1 = %g; base: s=256, "
-        "B=512, lr=0.2, online" % t1,
+        f"sticky(6, 0.5, 0.5, 0.05), width 8, init 1e-3, t1 = {t1:g}; "
+        "base: context 256, batch 512, lr 0.2, online; one seed per point",
         fontsize=9,
     )
     _save(fig, "sgd_convergence")
-    return results
 
 
 def _save(fig, name):
@@ -221,7 +276,7 @@ def _save(fig, name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--part", choices=["tracking", "convergence", "all"], default="all"
+        "--part", choices=["tracking", "convergence", "diagnose", "replot", "all"], default="all"
     )
     parser.add_argument("--out", default="out/sgd")
     parser.add_argument(
@@ -237,6 +292,10 @@ def main():
         tracking(out, args.t1 or 1000.0)
     if args.part in ("convergence", "all"):
         convergence(out, args.t1 or 300.0)
+    if args.part == "replot":
+        plot_convergence(json.loads((out / "convergence.json").read_text()), args.t1 or 300.0)
+    if args.part == "diagnose":
+        diagnose(out, args.t1 or 1000.0)
 
 
 if __name__ == "__main__":
