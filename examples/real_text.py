@@ -10,7 +10,7 @@
    are scored with the population loss of the bigram chain.
 3. Attention: the pi-weighted attention mass per key token,
    mass_k = sum_i pi_i A[i, k], relative to its value pi_k at the start. The
-   token whose enrichment mass_k / pi_k first exceeds 1.5 is the one that
+   token whose enrichment mass_k / pi_k first exceeds 1.1 is the one that
    "attracts attention first"; its peak and later fall mark focus and
    dilution.
 4. The learned embeddings (columns of W0) in PCA, with token labels.
@@ -48,7 +48,7 @@ def attention_entropy(params, chain):
     return H @ np.asarray(chain.pi)
 
 
-def first_focus(ts, enrichment, labels, threshold=1.5):
+def first_focus(ts, enrichment, labels, threshold=1.1):
     """The token whose enrichment first exceeds `threshold`, when, its peak."""
     over = enrichment > threshold
     if not over.any():
