@@ -203,7 +203,8 @@ def compare(
                 )
     if traj.chain.d != run.chain.d:
         raise ValueError(
-            f"the flow has d = {traj.chain.d} tokens but the SGD run has d = {run.chain.d}"
+            f"the flow has d = {traj.chain.d} tokens but the SGD run has "
+            f"d = {run.chain.d}"
         )
     fractions = tuple(float(f) for f in fractions)
     bad = [f for f in fractions if not 0 < f < 1]

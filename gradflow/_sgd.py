@@ -323,7 +323,8 @@ class SGDRun(eqx.Module):
             f"context={s.get('context')}, batch={s.get('batch_size')}, "
             f"lr={s.get('lr')}, N={s.get('num_sequences')}, {len(self)} saves, "
             f"t in [0, {self.t_final:g}], population loss "
-            f"{self.population_loss[0]:.6g} -> {self.population_loss[-1]:.6g}, {status})"
+            f"{self.population_loss[0]:.6g} -> {self.population_loss[-1]:.6g}, "
+            f"{status})"
         )
 
     def save(self, path) -> Path:
@@ -451,7 +452,8 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
         )
     if ts.min() < 0 or ts.max() > t1 * (1 + 1e-12):
         raise ValueError(
-            f"ts must lie in [0, t1] = [0, {t1}], got values from {ts.min()} to {ts.max()}"
+            f"ts must lie in [0, t1] = [0, {t1}], got values from {ts.min()} to "
+            f"{ts.max()}"
         )
     steps = np.unique(np.clip(np.rint(ts / lr).astype(np.int64), 0, last))
     return steps if steps[0] == 0 else np.concatenate([[0], steps])
@@ -553,12 +555,14 @@ def train_sgd(
         optimizer, optax.GradientTransformation
     ):
         raise TypeError(
-            f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}"
+            "optimizer must be an optax.GradientTransformation, got "
+            f"{type(optimizer).__name__}"
         )
     if (init_scale is None) == (params is None):
         raise ValueError(
             "give exactly one of init_scale (random start) and params (given start), "
-            f"got init_scale={init_scale!r} and params={'None' if params is None else '...'}"
+            f"got init_scale={init_scale!r} and "
+            f"params={'None' if params is None else '...'}"
         )
     if params is None:
         init_scale = _check_init_scale(init_scale)
@@ -624,7 +628,8 @@ def train_sgd(
             if not (math.isfinite(total) and finite):
                 ok = False
                 message = (
-                    f"the mini-batch loss or the parameters became non-finite between steps "
+                    "the mini-batch loss or the parameters became non-finite "
+                    "between steps "
                     f"{done - count} and {done} (t <= {done * lr:.6g}); lower lr "
                     f"(now {lr}) or init_scale"
                 )

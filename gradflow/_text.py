@@ -243,7 +243,8 @@ def _as_corpus(path_or_text, level: str) -> Corpus:
     if isinstance(path_or_text, Corpus):
         if path_or_text.level != level:
             raise ValueError(
-                f"the corpus was tokenised at level {path_or_text.level!r}, not {level!r}"
+                f"the corpus was tokenised at level {path_or_text.level!r}, "
+                f"not {level!r}"
             )
         return path_or_text
     if path_or_text is None or isinstance(path_or_text, os.PathLike):
