@@ -380,3 +380,27 @@ def test_cli_sgd_bad_input(capsys):
     assert "context must be >= 1, got context = 0" in capsys.readouterr().err
     assert main(["sgd", "--text", "builtin", "--vocab-size", "100000"]) == 2
     assert "larger than the" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sgd_tracks_flow_on_unseen_chain():
+    """The issue's criterion on one chain used nowhere else: context 256,
+    batch 512, lr 0.2; first-drop crossing times within 10 %, and the mean
+    population-loss gap after the drop below 0.01."""
+    chain = gf.chains.zipf(7, 1.2, rho=0.3)
+    p0 = gf.init_params(chain.d, 8, 1e-3, seed=5)
+    run = gf.train_sgd(
+        chain,
+        p0,
+        context=256,
+        batch_size=512,
+        lr=0.2,
+        t1=300.0,
+        seed=5,
+        progress=False,
+    )
+    traj = gf.integrate(chain, params=p0, t1=300.0, ts=run.ts, progress=False)
+    cmp = gf.compare(traj, run)
+    assert cmp.exact and np.isfinite(cmp.flow_crossings).all()
+    assert np.max(cmp.crossing_rel_error) < 0.1
+    assert cmp.mean_abs_gap_after < 0.01
