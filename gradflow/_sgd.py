@@ -192,6 +192,7 @@ def sgd_step(
 
 
 @eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=None)  # counts traces (tested), no limit
 def _advance(params, opt_state, key, start, num_steps, sampler, optimizer, batch_size):
     """Runs steps `start, ..., start + num_steps - 1` (a traced count: one compile
     for every chunk length). Returns the new state and the summed batch loss."""

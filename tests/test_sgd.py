@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -200,6 +201,18 @@ def test_tiny_lr_huge_batch_approaches_flow():
         gaps.append(cmp.param_distance[-1])
     assert gaps[0] > gaps[1] > gaps[2]
     assert gaps[2] < gaps[0] / 4
+
+
+def test_new_chain_and_lr_do_not_recompile():
+    from gradflow._sgd import _advance
+
+    kw = dict(init_scale=0.2, width=3, t1=1.0, ts=[0.0, 1.0], **SMALL)
+    gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), lr=0.1, **kw)
+    before = eqx.debug.get_num_traces(_advance)
+    assert before >= 1
+    gf.train_sgd(gf.chains.random(4, seed=9), lr=0.25, seed=3, **kw)
+    gf.train_sgd(gf.chains.zipf(4), lr=0.5, **kw)
+    assert eqx.debug.get_num_traces(_advance) == before
 
 
 def test_text_source_and_optimizer():
