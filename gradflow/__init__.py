@@ -12,12 +12,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import chains as chains  # noqa: E402
+from . import (  # noqa: E402
+    chains as chains,
+    text as text,
+)
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
     stationary_distribution as stationary_distribution,
 )
+from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
 from ._integrate import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
@@ -35,10 +39,12 @@ from ._model import (  # noqa: E402
     population_logits as population_logits,
     population_loss as population_loss,
 )
+from ._sgd import (  # noqa: E402
+    SGDRun as SGDRun,
+    load_sgd as load_sgd,
+    train_sgd as train_sgd,
+)
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
-from . import text as text  # noqa: E402
-from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
-from ._sgd import SGDRun as SGDRun, load_sgd as load_sgd, train_sgd as train_sgd  # noqa: E402
 
 
 try:
