@@ -173,6 +173,7 @@ def main():
             (f"flow, t = {traj.ts[-1]:g}", traj.params.W0[-1]),
             (f"SGD, t = {run.ts[-1]:g}", run.params.W0[-1]),
         ],
+        strict=True,
     ):
         xy, ev = pca2(W0)
         ax.scatter(xy[:, 0], xy[:, 1], s=300 * np.sqrt(np.asarray(chain.pi)), alpha=0.5)

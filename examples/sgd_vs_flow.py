@@ -66,7 +66,7 @@ def flow_and_sgd(chain, t1, seed=0, data_seed=None, **sgd):
 def tracking(out: Path, t1: float):
     results = {}
     fig, axes = plt.subplots(1, 5, figsize=(17, 3.4), layout="constrained")
-    for ax, (name, chain) in zip(axes, unseen_chains().items()):
+    for ax, (name, chain) in zip(axes, unseen_chains().items(), strict=True):
         start = time.perf_counter()
         traj, run, cmp = flow_and_sgd(chain, t1, context=256, batch_size=512, lr=0.2)
         s = cmp.summary()
@@ -119,6 +119,39 @@ def diagnose(out: Path, t1: float):
     (out / "diagnose.json").write_text(json.dumps(rows, indent=1))
 
 
+def noise(out: Path, t1: float):
+    """Batch and lr sweeps at context 1024, where the finite-context floor of
+    the gap is about four times lower than at 256."""
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    base = dict(context=1024, batch_size=512, lr=0.2)
+    results = {}
+    for key, values in {
+        "batch_size": [32, 128, 512, 2048],
+        "lr": [0.8, 0.4, 0.2, 0.1],
+    }.items():
+        rows = []
+        for v in values:
+            traj, run, cmp = flow_and_sgd(chain, t1, seed=1, **dict(base, **{key: v}))
+            after = cmp.ts >= cmp.drop_end
+            rows.append(
+                {
+                    key: v,
+                    "mean_abs_gap_after": cmp.mean_abs_gap_after,
+                    "mean_param_distance_after": float(
+                        np.mean(cmp.param_distance[after])
+                    ),
+                }
+            )
+            print(key, rows[-1], flush=True)
+        results[key] = {
+            "rows": rows,
+            "slope_gap": _fit(values, [r["mean_abs_gap_after"] for r in rows]),
+            "slope_param": _fit(values, [r["mean_param_distance_after"] for r in rows]),
+        }
+        print(key, "slopes", results[key]["slope_gap"], results[key]["slope_param"])
+        (out / "noise.json").write_text(json.dumps(results, indent=1))
+
+
 def _fit(xs, ys):
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     ok = np.isfinite(ys) & (ys > 0)
@@ -155,7 +188,10 @@ def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
 
         f = jax.jit(f)
         vals = np.concatenate(
-            [np.asarray(f(jax.random.key(seed * 1000 + i))) for i in range(num // 10_000)]
+            [
+                np.asarray(f(jax.random.key(seed * 1000 + i)))
+                for i in range(num // 10_000)
+            ]
         )
         out.append((float(vals.mean()), float(vals.std() / np.sqrt(vals.size))))
     return out
@@ -250,7 +286,9 @@ def plot_convergence(results, t1):
         fmt="o-",
         label=f"E[finite loss] - L (slope {b['slope']:.2f})",
     )
-    ax.plot(contexts, b["bias"][-1] * contexts[-1] / contexts, "k:", label="c / context")
+    ax.plot(
+        contexts, b["bias"][-1] * contexts[-1] / contexts, "k:", label="c / context"
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(contexts, [str(c) for c in contexts])
@@ -276,7 +314,9 @@ def _save(fig, name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--part", choices=["tracking", "convergence", "diagnose", "replot", "all"], default="all"
+        "--part",
+        choices=["tracking", "convergence", "diagnose", "noise", "replot", "all"],
+        default="all",
     )
     parser.add_argument("--out", default="out/sgd")
     parser.add_argument(
@@ -293,7 +333,11 @@ def main():
     if args.part in ("convergence", "all"):
         convergence(out, args.t1 or 300.0)
     if args.part == "replot":
-        plot_convergence(json.loads((out / "convergence.json").read_text()), args.t1 or 300.0)
+        plot_convergence(
+            json.loads((out / "convergence.json").read_text()), args.t1 or 300.0
+        )
+    if args.part == "noise":
+        noise(out, args.t1 or 300.0)
     if args.part == "diagnose":
         diagnose(out, args.t1 or 1000.0)
 
