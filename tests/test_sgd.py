@@ -93,7 +93,7 @@ def _numpy_loss(W0, W1, WQ, WK, seqs):
         scores = np.array([q @ (WK @ W0[:, x]) for x in ctx])
         alpha = np.exp(scores - scores.max())
         alpha /= alpha.sum()
-        h = sum(a * W0[:, x] for a, x in zip(alpha, ctx))
+        h = sum(a * W0[:, x] for a, x in zip(alpha, ctx, strict=True))
         logits = W1 @ h
         z = logits.max()
         total += z + np.log(np.sum(np.exp(logits - z))) - logits[target]
@@ -160,7 +160,7 @@ def test_full_batch_equals_gradient_descent():
         p = jax.tree.map(lambda x, g: x - 0.3 * g, p, grad(p))
     assert run.steps.tolist() == [0, 5]
     np.testing.assert_allclose(run.ts, [0.0, 1.5])
-    for a, b in zip(jax.tree.leaves(run.params[-1]), jax.tree.leaves(p)):
+    for a, b in zip(jax.tree.leaves(run.params[-1]), jax.tree.leaves(p), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(
         run.population_loss, [float(gf.population_loss(x, chain)) for x in (p0, p)]
@@ -173,7 +173,10 @@ def test_results_do_not_depend_on_save_grid():
     a = gf.train_sgd(chain, **kw)
     b = gf.train_sgd(chain, ts=[0.0, 3.0], **kw)
     assert len(a) > 2 and len(b) == 2
-    for x, y in zip(jax.tree.leaves(a.params[-1]), jax.tree.leaves(b.params[-1])):
+    pairs = zip(
+        jax.tree.leaves(a.params[-1]), jax.tree.leaves(b.params[-1]), strict=True
+    )
+    for x, y in pairs:
         np.testing.assert_allclose(x, y, rtol=1e-12)
     assert np.all(np.diff(a.ts) > 0) and a.ts[0] == 0
     np.testing.assert_allclose(a.ts, a.steps * 0.1)

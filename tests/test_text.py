@@ -46,7 +46,7 @@ def test_vocabulary_order_and_bigram_estimate():
     np.testing.assert_array_equal(np.asarray(stream.ids), [0, 1, 0, 2, 0, 1, 1, 0, 2])
     counts = np.zeros((3, 3))
     ids = np.asarray(stream.ids)
-    for i, j in zip(ids[:-1], ids[1:]):
+    for i, j in zip(ids[:-1], ids[1:], strict=True):
         counts[i, j] += 1
     expected = (counts + 0.5) / (counts + 0.5).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(np.asarray(stream.chain.P), expected, rtol=1e-12)
