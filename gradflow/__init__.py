@@ -12,12 +12,17 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import _theory as theory, chains as chains  # noqa: E402, F401
+from . import (  # noqa: E402
+    _theory as theory,
+    chains as chains,
+    text as text,
+)
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
     stationary_distribution as stationary_distribution,
 )
+from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
 from ._integrate import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
@@ -34,6 +39,11 @@ from ._model import (  # noqa: E402
     init_params as init_params,
     population_logits as population_logits,
     population_loss as population_loss,
+)
+from ._sgd import (  # noqa: E402
+    SGDRun as SGDRun,
+    load_sgd as load_sgd,
+    train_sgd as train_sgd,
 )
 from ._theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,

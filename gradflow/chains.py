@@ -140,4 +140,7 @@ def random(
     return MarkovChain(P / P.sum(axis=1, keepdims=True))
 
 
-__all__ = ["random", "sticky", "sticky_pi", "zipf", "zipf_profile"]
+from ._text import from_text as from_text  # noqa: E402
+
+
+__all__ = ["from_text", "random", "sticky", "sticky_pi", "zipf", "zipf_profile"]

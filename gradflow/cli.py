@@ -10,7 +10,7 @@ import importlib
 import sys
 
 
-_COMMANDS: tuple[str, ...] = ("theory",)
+_COMMANDS: tuple[str, ...] = ("sgd", "theory")
 
 
 def build_parser() -> argparse.ArgumentParser:
