@@ -123,13 +123,18 @@ def main():
         k: np.array([r[k] for r in recs])
         for k in (
             "top_rate", "tracked_rate", "loss", "grad_norm", "step", "overlap",
-            "multiplicity", "soft_rate", "rarest_self_attention",
+            "multiplicity", "soft_rate", "soft_weight", "second_rate",
+            "rarest_self_attention",
         )
     }  # fmt: skip
     # the step between neighbours at deltas[i] and the one before it (in the
     # direction of each continuation); per unit delta
     speed = col["step"] / STEP
-    tracked_is_top = all(r["tracked_is_top"] for r in recs)
+    # at delta = 0 the transverse mode is flat and merges with the zero
+    # eigenvalues; the question "does the tracked mode stay on top" is for
+    # delta > 0
+    tracked_is_top = all(r["tracked_is_top"] for x, r in zip(deltas, recs) if x > 0)
+    min_overlap = min(r["overlap"] for x, r in zip(deltas, recs) if x > 0)
     i_c = int(np.argmax(np.where(deltas > 0.05, speed, 0)))
     delta_c = float(deltas[i_c] - STEP / 2)  # midpoint of the fastest step
     for x, r in zip(deltas, recs, strict=True):
@@ -142,8 +147,8 @@ def main():
                 f"{r['soft_rate']:.3g} A[5,5] = {r['rarest_self_attention']:.3f}"
             )
     print(
-        f"tracked == top everywhere: {tracked_is_top}; min overlap "
-        f"{col['overlap'].min():.4f}; all converged: "
+        f"tracked == top for all delta > 0: {tracked_is_top}; min overlap (delta > 0) "
+        f"{min_overlap:.4f}; all converged: "
         f"{all(r['converged'] for r in recs)}; hysteresis: max |dL| {hyst_loss:.2e}, "
         f"max rel d(rate) {hyst_rate:.2e}; fastest move at delta ~ {delta_c:.4f} "
         f"(|dx/ddelta| = {speed[i_c]:.4g}, soft rate {col['soft_rate'][i_c]:.3g})"
@@ -153,7 +158,8 @@ def main():
     result["hessian"] = {
         "delta": deltas.tolist(),
         **{k: v.tolist() for k, v in col.items()},
-        "tracked_is_top": tracked_is_top,
+        "tracked_is_top_for_positive_delta": tracked_is_top,
+        "min_overlap_for_positive_delta": min_overlap,
         "all_converged": all(r["converged"] for r in recs),
         "hysteresis_max_loss_diff": hyst_loss,
         "hysteresis_max_rel_rate_diff": hyst_rate,
@@ -220,6 +226,12 @@ def main():
                 "grad_min": float(tr.grad_norm[c.index]),
                 "loss_gap_at_closest_save": float(tr.loss[c.index]) - c.loss,
                 "distance": c.distance,
+                "rarest_self_attention_point": float(
+                    np.asarray(gf.attention(c.params, ch))[-1, -1]
+                ),
+                "rarest_self_attention_closest_save": float(
+                    np.asarray(gf.attention(tr.params[c.index], ch))[-1, -1]
+                ),
                 "displacement_mode_rate": float(lin.eigenvalues[j]),
                 "displacement_mode_weight": float(w[j]),
             }
@@ -333,7 +345,9 @@ def main():
         deltas[sl], speed[sl] * 1e-4, color="C2",
         label=r"$|dx^*/d\delta| \times 10^{-4}$",
     )  # fmt: skip
-    ax2.semilogy(deltas, rate, color="C0", lw=1, label="tracked unstable rate")
+    ax2.semilogy(
+        deltas[pos], rate[pos], color="C0", lw=1, label="tracked unstable rate"
+    )
     ax2.axvline(delta_c, color="0.7", lw=0.8, ls=":")
     ax3 = ax2.twinx()
     ax3.plot(deltas, col["rarest_self_attention"], color="C1", lw=1)

@@ -615,17 +615,23 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((qa.T @ qb) ** 2) / k)
 
 
-def eigen_clusters(eigenvalues: np.ndarray, rel: float = 1e-4) -> list[np.ndarray]:
+def eigen_clusters(eigenvalues: np.ndarray, rel: float = 1e-2) -> list[np.ndarray]:
     """Groups descending `eigenvalues` into clusters of (numerically) equal
-    values: consecutive values within `rel` of the cluster's first value
-    (relative to the largest $|\\lambda|$). Returns index arrays, in order."""
+    values: consecutive values within `rel` (relative to the cluster's first
+    value) of that value, or within $10^{-10}\\max|\\lambda|$ (so exact
+    zeros form one cluster). Relative to each cluster's own size, so a small
+    multi-fold eigenvalue is not lumped with the zeros. The default 1 % makes
+    a near-degenerate multiplet (a symmetry broken only slightly, e.g. by the
+    random start's small components) one cluster: its single eigenvectors
+    rotate freely under small perturbations, only their span can be tracked.
+    Returns index arrays, in order."""
     ev = np.asarray(eigenvalues, dtype=np.float64)
     if ev.size == 0:
         return []
-    tol = rel * max(float(np.max(np.abs(ev))), 1e-300)
+    floor = 1e-10 * float(np.max(np.abs(ev)))
     out, start = [], 0
     for i in range(1, ev.size + 1):
-        if i == ev.size or abs(ev[i] - ev[start]) > tol:
+        if i == ev.size or abs(ev[i] - ev[start]) > rel * abs(ev[start]) + floor:
             out.append(np.arange(start, i))
             start = i
     return out
@@ -636,7 +642,7 @@ def track_cluster(
     eigenvalues: np.ndarray,
     vectors: np.ndarray,
     *,
-    rel: float = 1e-4,
+    rel: float = 1e-2,
     num_clusters: int = 4,
 ) -> tuple[np.ndarray, float]:
     r"""Among the `num_clusters` leading eigenvalue clusters (see
@@ -660,7 +666,7 @@ def track_cluster(
 
 
 def continue_critical_point(
-    chains, params: Params, *, rel: float = 1e-4
+    chains, params: Params, *, rel: float = 1e-2
 ) -> list[dict[str, Any]]:
     r"""Natural-parameter continuation of a critical point along a family of
     chains, tracking its top unstable mode by eigenspace overlap.
@@ -677,7 +683,8 @@ def continue_critical_point(
     `converged`, `loss`, `grad_norm`, `step` (distance from the previous
     point), `top_rate` (the largest eigenvalue), `tracked_rate`,
     `multiplicity` (size of the tracked cluster), `overlap` (with the previous
-    tracked eigenspace; 1 for the first), `tracked_is_top`, and `soft_rate`,
+    tracked eigenspace; 1 for the first), `tracked_is_top`, `second_rate`
+    (the second-largest distinct eigenvalue), and `soft_rate`,
     `soft_weight`: the eigenvalue of the non-zero mode carrying most of the
     step from the previous point, and its share of the step (NaN for the
     first). A `soft_rate` near zero with a large `step` marks a near-degenerate
@@ -696,8 +703,9 @@ def continue_critical_point(
         vectors = np.stack(
             [np.asarray(_flat(lin.modes[i])) for i in range(len(lin.eigenvalues))]
         )
+        clusters = eigen_clusters(lin.eigenvalues, rel)
         if prev_basis is None:
-            idx, overlap = eigen_clusters(lin.eigenvalues, rel)[0], 1.0
+            idx, overlap = clusters[0], 1.0
         else:
             idx, overlap = track_cluster(prev_basis, lin.eigenvalues, vectors, rel=rel)
         flat = np.asarray(_flat(point))
@@ -723,6 +731,9 @@ def continue_critical_point(
                 "multiplicity": int(idx.size),
                 "overlap": overlap,
                 "tracked_is_top": bool(idx[0] == 0),
+                "second_rate": float(lin.eigenvalues[clusters[1][0]])
+                if len(clusters) > 1
+                else float("nan"),
                 "soft_rate": soft_rate,
                 "soft_weight": soft_weight,
             }

@@ -244,6 +244,11 @@ def test_eigen_clusters():
     ev = np.array([2.0, 2.0 + 1e-9, 1.0, 1.0, 1.0, 0.5, -1.0])
     clusters = th.eigen_clusters(ev, rel=1e-6)
     assert [c.tolist() for c in clusters] == [[0, 1], [2, 3, 4], [5], [6]]
+    # a small 2-fold eigenvalue stays apart from the zeros and from its
+    # negative twin, however large the largest eigenvalue
+    ev = np.array([4e-5, 4e-5 * (1 + 1e-7), 1e-15, 0.0, -1e-15, -4e-5, -0.6])
+    clusters = th.eigen_clusters(ev, rel=1e-4)
+    assert [c.tolist() for c in clusters] == [[0, 1], [2, 3, 4], [5], [6]]
     assert th.eigen_clusters(np.array([])) == []
 
 
