@@ -18,6 +18,7 @@ $\hat u = u/|u|$. The derivations are in `docs/theory.md`; in short:
 """
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import diffrax as dfx
@@ -666,7 +667,7 @@ def track_cluster(
 
 
 def continue_critical_point(
-    chains, params: Params, *, rel: float = 1e-2
+    chains: Sequence[MarkovChain], params: Params, *, rel: float = 1e-2
 ) -> list[dict[str, Any]]:
     r"""Natural-parameter continuation of a critical point along a family of
     chains, tracking its top unstable mode by eigenspace overlap.
