@@ -221,3 +221,97 @@ def test_delta_linear_law():
     r2 = 1 - np.sum((y - slope * x - intercept) ** 2) / np.sum((y - y.mean()) ** 2)
     assert r2 >= 0.98 and slope > 0
     assert abs(rates[-1]) < 1e-6  # degenerate at delta = 0
+
+
+def test_subspace_overlap():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 10))
+    # any basis change inside the span leaves the overlap at 1
+    mix = rng.standard_normal((3, 3))
+    assert th.subspace_overlap(a, mix @ a) == pytest.approx(1.0, abs=1e-12)
+    # a subspace of the span: 1; an orthogonal one: 0
+    assert th.subspace_overlap(a[:1], a) == pytest.approx(1.0, abs=1e-12)
+    q = np.linalg.qr(a.T, mode="complete")[0]
+    assert th.subspace_overlap(a, q[:, 3:5].T) == pytest.approx(0.0, abs=1e-12)
+    # one of two directions shared: 1/2
+    e = np.eye(4)
+    assert th.subspace_overlap(e[:2], e[[0, 2]]) == pytest.approx(0.5, abs=1e-12)
+    with pytest.raises(ValueError, match="one length"):
+        th.subspace_overlap(np.ones((1, 3)), np.ones((1, 4)))
+
+
+def test_eigen_clusters():
+    ev = np.array([2.0, 2.0 + 1e-9, 1.0, 1.0, 1.0, 0.5, -1.0])
+    clusters = th.eigen_clusters(ev, rel=1e-6)
+    assert [c.tolist() for c in clusters] == [[0, 1], [2, 3, 4], [5], [6]]
+    # a small 2-fold eigenvalue stays apart from the zeros and from its
+    # negative twin, however large the largest eigenvalue
+    ev = np.array([4e-5, 4e-5 * (1 + 1e-7), 1e-15, 0.0, -1e-15, -4e-5, -0.6])
+    clusters = th.eigen_clusters(ev, rel=1e-4)
+    assert [c.tolist() for c in clusters] == [[0, 1], [2, 3, 4], [5], [6]]
+    assert th.eigen_clusters(np.array([])) == []
+
+
+def test_track_cluster_follows_a_crossing():
+    # two 2-fold modes that swap order between neighbouring parameter values:
+    # the tracked one is the one whose eigenspace continues, not the top one
+    e = np.eye(6)
+    previous = e[[0, 1]]
+    eigenvalues = np.array([3.0, 3.0, 2.0, 2.0, -1.0, -1.0])
+    rot = np.array([[np.cos(0.1), np.sin(0.1)], [-np.sin(0.1), np.cos(0.1)]])
+    vectors = np.concatenate([e[[2, 3]], rot @ e[[0, 1]], e[[4, 5]]])
+    idx, overlap = th.track_cluster(previous, eigenvalues, vectors)
+    assert idx.tolist() == [2, 3]
+    assert overlap == pytest.approx(1.0, abs=1e-12)
+    # without a crossing it is the top cluster
+    idx, _ = th.track_cluster(e[[2, 3]], eigenvalues, vectors)
+    assert idx.tolist() == [0, 1]
+
+
+def test_continue_critical_point_unigram():
+    # the unigram point is a critical point for every chain, with L = H(pi);
+    # continuation in delta must stay on it and track its top (focus) mode
+    deltas = (0.0, 0.02, 0.04)
+    chains = [gf.chains.sticky(4, 0.5, 0.5, x) for x in deltas]
+    start = gf.theory.unigram_point(chains[0], 2)
+    recs = th.continue_critical_point(chains, start)
+    assert len(recs) == 3
+    for rec, ch in zip(recs, chains, strict=True):
+        assert rec["converged"] and rec["grad_norm"] < 1e-10
+        assert rec["loss"] == pytest.approx(float(ch.unigram_entropy), abs=1e-10)
+        assert rec["tracked_is_top"]
+        assert rec["tracked_rate"] == rec["top_rate"] > 0
+        assert rec["overlap"] > 0.9
+    assert recs[0]["step"] == 0.0 and math.isnan(recs[0]["soft_rate"])
+    assert recs[1]["step"] > 0 and recs[1]["overlap"] <= 1.0 + 1e-12
+    with pytest.raises(ValueError, match="at least one"):
+        th.continue_critical_point([], start)
+
+
+@pytest.mark.slow
+def test_delta_branch_through_the_crossover():
+    # the post-focus branch of sticky(6, 0.5, 0.5, delta) is continuous through
+    # delta ~ 0.072 (no mode crossing, no second branch): its top mode is
+    # tracked with overlap near 1, a stable direction softens there and the
+    # point moves fastest, and continuing back gives the same point
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, progress=False)
+    H = float(chain.unigram_entropy)
+    cp = next(p for p in gf.critical_points(traj) if p.converged and p.loss < H - 1e-3)
+    deltas = np.round(np.arange(0.050, 0.0755, 0.0005), 6)
+    chains = [gf.chains.sticky(6, 0.5, 0.5, float(x)) for x in deltas]
+    recs = th.continue_critical_point(chains, cp.params)
+    assert all(r["converged"] for r in recs)
+    assert all(r["tracked_is_top"] and r["multiplicity"] == 7 for r in recs)
+    assert min(r["overlap"] for r in recs) > 0.95
+    assert recs[0]["loss"] == pytest.approx(cp.loss, abs=1e-12)
+    steps = np.array([r["step"] for r in recs])
+    i = int(np.argmax(steps))
+    assert 0.0710 <= deltas[i] <= 0.0730
+    assert -1e-3 < recs[i]["soft_rate"] < 0
+    # far from the crossover the same direction is much stiffer
+    assert recs[-1]["soft_rate"] < 3 * recs[i]["soft_rate"]
+    back = th.continue_critical_point(chains[:-13:-1], recs[-1]["params"])
+    for r, b in zip(recs[-12:], back[::-1], strict=True):
+        assert abs(r["loss"] - b["loss"]) < 1e-10
+        assert abs(r["top_rate"] - b["top_rate"]) < 1e-4 * r["top_rate"]
