@@ -18,6 +18,16 @@ from ._chain import (  # noqa: E402
     entropy_bounds as entropy_bounds,
     stationary_distribution as stationary_distribution,
 )
+from ._diagnostics import (  # noqa: E402
+    attention_entropy as attention_entropy,
+    diagnostic_rates as diagnostic_rates,
+    diagnostics as diagnostics,
+)
+from ._events import (  # noqa: E402
+    Event as Event,
+    SegmentedSolution as SegmentedSolution,
+    solve_with_events as solve_with_events,
+)
 from ._integrate import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
@@ -26,6 +36,7 @@ from ._integrate import (  # noqa: E402
     default_tolerances as default_tolerances,
     integrate as integrate,
 )
+from ._integrate_stages import integrate_stages as integrate_stages  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
@@ -34,6 +45,12 @@ from ._model import (  # noqa: E402
     init_params as init_params,
     population_logits as population_logits,
     population_loss as population_loss,
+)
+from ._stages import (  # noqa: E402
+    StageDetector as StageDetector,
+    StageThresholds as StageThresholds,
+    detect_stages as detect_stages,
+    monitor as monitor,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
 
