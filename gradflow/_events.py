@@ -61,8 +61,10 @@ class Event(eqx.Module):
     direction: bool | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"Event name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"Event name must be a string, got {self.name!r}")
+        if not self.name:
+            raise ValueError(f"Event name must be a non-empty string, got {self.name!r}")
         if not callable(self.cond_fn):
             raise TypeError(
                 f"Event {self.name!r}: cond_fn must be callable, got "
@@ -86,6 +88,44 @@ class _Combined(eqx.Module):
         values = jnp.atleast_1d(self.condition(t, y, user_args))
         terms = jnp.where(signs != 0, signs * values, -1.0)
         return jnp.maximum(jnp.max(terms), -1.0)
+
+
+class _TimeBisection(optx.AbstractRootFinder):
+    """Bisection that stops when the time interval is small.
+
+    `optimistix.Bisection` also asks for `|g| < atol`, which a steep condition
+    cannot meet at large `t` (one ulp of `t` moves `g` by more than `atol`);
+    the bisection then runs out of iterations. Here only the bracket counts:
+    it shrinks below `atol + rtol |t|` in about 50 halvings.
+    """
+
+    bisection: optx.Bisection
+
+    @property
+    def rtol(self):
+        return self.bisection.rtol
+
+    @property
+    def atol(self):
+        return self.bisection.atol
+
+    @property
+    def norm(self):
+        return optx.max_norm
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        return self.bisection.init(fn, y, args, options, f_struct, aux_struct, tags)
+
+    def step(self, fn, y, args, options, state, tags):
+        return self.bisection.step(fn, y, args, options, state, tags)
+
+    def terminate(self, fn, y, args, options, state, tags):
+        del fn, args, options, tags
+        scale = self.atol + self.rtol * jnp.abs(y)
+        return jnp.abs(state.lower - state.upper) < scale, optx.RESULTS.successful
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return y, aux, {}
 
 
 @eqx.filter_jit
@@ -128,7 +168,7 @@ def _segment(
     term = dfx.ODETerm(_ArgsField(vector_field))
     event = dfx.Event(
         cond_fn=combined,
-        root_finder=optx.Bisection(rtol=root_rtol, atol=root_atol),
+        root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),
         direction=True,
     )
     save_args_fn = lambda t, y, a: save_fn(t, y, a[0])  # noqa: E731
@@ -208,8 +248,8 @@ def solve_with_events(
     max_steps: int = 1_000_000,
     max_events: int = 10_000,
     meter_factory: Callable | None = None,
-    root_rtol: float = 1e-12,
-    root_atol: float = 1e-12,
+    root_rtol: float = 1e-13,
+    root_atol: float = 1e-13,
 ) -> SegmentedSolution:
     r"""Solves $\dot y = f(t, y, \text{args})$ from `t0` to `t1`, stopping at each
     event, reporting it, and continuing.
@@ -235,13 +275,14 @@ def solve_with_events(
       its record (a dict it may add to). Returns `None` (carry on), the new
       on/off mask of the conditions, or a pair `(mask, args)` to also replace
       the data the next segments see (same structure, so no recompile).
-    - `solver`, `rtol`, `atol`, `max_steps`: as in Diffrax; `max_steps` counts
-      the steps of all segments together.
+    - `solver`, `rtol`, `atol`, `max_steps`: as in Diffrax. `max_steps` caps
+      each segment and, checked between segments, all segments together.
     - `max_events`: a guard against a condition that chatters.
     - `meter_factory`: called with `(t_start, t1)`, returns a Diffrax progress
       meter for a segment.
-    - `root_rtol`, `root_atol`: tolerances of the bisection that locates each
-      event time on the dense interpolant.
+    - `root_rtol`, `root_atol`: the bisection that locates each event time on
+      the dense interpolant stops when its bracket is shorter than
+      `root_atol + root_rtol * |t|`.
 
     **Returns:** a [`gradflow.SegmentedSolution`][].
 
@@ -314,8 +355,7 @@ def solve_with_events(
     result = dfx.RESULTS.successful
     ok = False
     while True:
-        remaining = max_steps - steps
-        if remaining < 1:
+        if steps >= max_steps:
             result = dfx.RESULTS.max_steps_reached
             break
         # Save times already passed are pointed at `t_now` and dropped afterwards,
@@ -336,7 +376,7 @@ def solve_with_events(
             jnp.asarray(ts_seg, dtype),
             save_fn,
             controller_state,
-            remaining,
+            max_steps,  # static: a changing value would recompile every segment
             meter,
             root_rtol,
             root_atol,

@@ -267,7 +267,7 @@ def integrate_stages(
         new_args = _FlowArgs(
             chain_dt,
             jnp.asarray(detector.focus_token),
-            jnp.asarray(detector.direction_index),
+            jnp.asarray(min(detector.direction_index, max(n_dir - 1, 0))),
         )
         return np.concatenate(
             [detector.active(), np.ones(n_user, dtype=bool)]
@@ -276,7 +276,8 @@ def integrate_stages(
     def meter_factory(t_start, t_end):
         if not progress:
             return dfx.NoProgressMeter()
-        return DelayedTqdmProgressMeter(description=f"gradflow t>={t_start:.3g}")
+        # (The description is static: one text for all segments, no recompiles.)
+        return DelayedTqdmProgressMeter(description="gradflow")
 
     sol = solve_with_events(
         _Field(),

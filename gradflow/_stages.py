@@ -272,7 +272,7 @@ class StageDetector:
         )
 
     def _direction_info(self, info):
-        v = info.get("right_sv")
+        v = info.get("right_sv", info.get("right_sv_W0"))
         j = self.direction_index + 1
         if v is None or j >= len(v):
             return {}
@@ -435,6 +435,7 @@ def detect_stages(
         labels=labels,
     )
     mask = det.active()
+    last = max(curves["sv_rate"].shape[1] - 1, 0)  # (conditions past it are off)
 
     def at(i, f):
         return {k: _interp(v, i, f) for k, v in curves.items()}
@@ -442,7 +443,7 @@ def detect_stages(
     def conds(i, f):
         return np.array(
             condition_values(
-                at(i, f), det.focus_token, det.direction_index, thresholds
+                at(i, f), det.focus_token, min(det.direction_index, last), thresholds
             ),
             dtype=np.float64,
         )

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 
-_COMMANDS: tuple[str, ...] = ()
+_COMMANDS: tuple[str, ...] = ("run",)
 
 
 def build_parser() -> argparse.ArgumentParser:
