@@ -94,9 +94,13 @@ def register(subparsers) -> None:
         default=1.0,
         help="random: Dirichlet concentration of each row",
     )
-    g.add_argument("--chain-seed", type=int, default=0, help="random: seed of the chain")
+    g.add_argument(
+        "--chain-seed", type=int, default=0, help="random: seed of the chain"
+    )
     g = p.add_argument_group("flow")
-    g.add_argument("--width", type=int, default=DEFAULTS["width"], help="embedding width m")
+    g.add_argument(
+        "--width", type=int, default=DEFAULTS["width"], help="embedding width m"
+    )
     g.add_argument(
         "--init-scale",
         type=float,
@@ -145,7 +149,10 @@ def _chain(args):
         return gf.MarkovChain(P), f"transition matrix from {path}"
     if args.chain == "sticky":
         chain = gf.chains.sticky(args.d, args.top_mass, args.rho, args.delta)
-        return chain, f"sticky(d={args.d}, top_mass={args.top_mass}, rho={args.rho}, delta={args.delta})"
+        return (
+            chain,
+            f"sticky(d={args.d}, top_mass={args.top_mass}, rho={args.rho}, delta={args.delta})",
+        )
     if args.chain == "zipf":
         return (
             gf.chains.zipf(args.d, args.exponent, args.rho),

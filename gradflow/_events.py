@@ -64,7 +64,9 @@ class Event(eqx.Module):
         if not isinstance(self.name, str):
             raise TypeError(f"Event name must be a string, got {self.name!r}")
         if not self.name:
-            raise ValueError(f"Event name must be a non-empty string, got {self.name!r}")
+            raise ValueError(
+                f"Event name must be a non-empty string, got {self.name!r}"
+            )
         if not callable(self.cond_fn):
             raise TypeError(
                 f"Event {self.name!r}: cond_fn must be callable, got "
@@ -203,6 +205,13 @@ def _init_controller(vector_field, solver, controller, y0, args, signs, t0, t1):
     return state
 
 
+def _strong(tree):
+    """Arrays with concrete (not weak) dtypes: the controller state that
+    Diffrax returns is strongly typed, its initial state is not; mixing them
+    would compile the segment twice."""
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), tree)
+
+
 class SegmentedSolution(eqx.Module):
     """What [`gradflow.solve_with_events`][] returns (host-side NumPy arrays).
 
@@ -299,7 +308,8 @@ def solve_with_events(
     """
     start = time.perf_counter()
     solver = dfx.Tsit5() if solver is None else solver
-    controller = dfx.PIDController(rtol=rtol, atol=atol)
+    # Tolerances as arrays: floats would be static and recompile for each value.
+    controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
     n = len(directions)
     for d in directions:
         if d not in (None, True, False):
@@ -340,15 +350,17 @@ def solve_with_events(
     y_now = y0
     sign, armed = initial_state(current_values(t_now, y_now, args))
     on = mask.copy() if n else np.zeros(1, dtype=bool)
-    controller_state = _init_controller(
-        vector_field,
-        solver,
-        controller,
-        y0,
-        args,
-        jnp.asarray(sign * on),
-        jnp.asarray(t_now, dtype),
-        jnp.asarray(t1, dtype),
+    controller_state = _strong(
+        _init_controller(
+            vector_field,
+            solver,
+            controller,
+            y0,
+            args,
+            jnp.asarray(sign * on),
+            jnp.asarray(t_now, dtype),
+            jnp.asarray(t1, dtype),
+        )
     )
     saved_chunks, ts_chunks, events = [], [], []
     steps = accepted = rejected = segments = 0
@@ -393,7 +405,7 @@ def solve_with_events(
         saved_chunks.append(jax.tree.map(lambda x: np.asarray(x)[sel], sol.ys[0]))
         result = sol.result
         t_now, y_now = t_end, y_end
-        controller_state = sol.controller_state
+        controller_state = _strong(sol.controller_state)
         if result == dfx.RESULTS.successful:
             ok = True
             break

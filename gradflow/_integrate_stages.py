@@ -241,7 +241,7 @@ def integrate_stages(
         thresholds=thresholds,
         labels=chain.tokens,
     )
-    args = _FlowArgs(chain_dt, jnp.asarray(0), jnp.asarray(0))
+    args = _FlowArgs(chain_dt, jnp.asarray(np.int64(0)), jnp.asarray(np.int64(0)))
     condition = _Conditions(thresholds, tuple(e.cond_fn for e in user_events))
     directions = [True] * len(BUILTIN_EVENTS) + [e.direction for e in user_events]
     names = list(BUILTIN_EVENTS) + [e.name for e in user_events]
@@ -266,8 +266,8 @@ def integrate_stages(
         # The conditions read the focus token and direction index from args.
         new_args = _FlowArgs(
             chain_dt,
-            jnp.asarray(detector.focus_token),
-            jnp.asarray(min(detector.direction_index, max(n_dir - 1, 0))),
+            jnp.asarray(np.int64(detector.focus_token)),
+            jnp.asarray(np.int64(min(detector.direction_index, max(n_dir - 1, 0)))),
         )
         return np.concatenate(
             [detector.active(), np.ones(n_user, dtype=bool)]

@@ -88,7 +88,12 @@ def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> No
             label = _stage_label(s)
             seen.add(name)
         ax.axvspan(
-            t0, t1, color=STAGE_COLORS.get(name, "#cccccc"), alpha=alpha, lw=0, label=label
+            t0,
+            t1,
+            color=STAGE_COLORS.get(name, "#cccccc"),
+            alpha=alpha,
+            lw=0,
+            label=label,
         )
 
 
@@ -101,7 +106,11 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
     plt = _pyplot()
     idx = _positive_time(traj)
     t = np.asarray(traj.ts)[idx]
-    ex = {k: np.asarray(v)[idx] for k, v in traj.extras.items() if not k.startswith("event_")}
+    ex = {
+        k: np.asarray(v)[idx]
+        for k, v in traj.extras.items()
+        if not k.startswith("event_")
+    }
     loss = np.asarray(traj.loss)[idx]
     levels = entropy_bounds(traj.chain)
     labels = _labels(traj)
@@ -115,14 +124,18 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
         (levels["unigram"], r"$H(\pi)$", "--"),
         (levels["conditional"], "conditional entropy", "-."),
     ):
-        ax.axhline(value, color="tab:red", ls=style, lw=1, label=f"{name} = {value:.4f}")
+        ax.axhline(
+            value, color="tab:red", ls=style, lw=1, label=f"{name} = {value:.4f}"
+        )
     ax.set_ylabel("population loss")
     ax.legend(fontsize=7, ncol=2, loc="upper right")
 
     ax = axes[1]
     shade_stages(ax, traj.stages)
     for name, color in (("W0", "C0"), ("W1", "C1"), ("WQ", "C2"), ("WK", "C3")):
-        ax.plot(t, ex[f"norm_{name}"], color=color, label=f"$|{name[0]}_{{{name[1:]}}}|_F$")
+        ax.plot(
+            t, ex[f"norm_{name}"], color=color, label=f"$|{name[0]}_{{{name[1:]}}}|_F$"
+        )
     ax.set_yscale("log")
     ax.set_ylabel("Frobenius norm")
     ax.legend(fontsize=7, ncol=4, loc="lower right")
@@ -203,7 +216,13 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     cmap = plt.get_cmap("tab10" if d <= 10 else "viridis")
     for k in range(d):
         color = cmap(k) if d <= 10 else cmap(k / max(d - 1, 1))
-        ax.plot(coords[:, k, 0], coords[:, k, 1], color=color, lw=1.2, label=f"token {labels[k]}")
+        ax.plot(
+            coords[:, k, 0],
+            coords[:, k, 1],
+            color=color,
+            lw=1.2,
+            label=f"token {labels[k]}",
+        )
         ax.scatter(coords[-1, k, 0], coords[-1, k, 1], color=color, s=30, zorder=3)
     ax.scatter([0], [0], marker="+", color="black", s=60, label="origin")
     ax.set_xlabel("principal direction 1")
@@ -227,12 +246,13 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     return fig
 
 
-def attention_figure(traj: Trajectory, *, max_panels: int = 8, title: str | None = None):
+def attention_figure(
+    traj: Trajectory, *, max_panels: int = 8, title: str | None = None
+):
     r"""Heatmaps of the attention matrix $A$ at the stage boundaries.
 
-    One panel per boundary event (saddle entry, focus start and end, new
-    direction start and end), up to `max_panels` (evenly chosen when there are
-    more), plus the final state. Row: query token; column: key token.
+    One panel per stage boundary (the earliest `max_panels - 1`), plus the
+    final state. Row: query token; column: key token.
 
     **Returns:** a matplotlib `Figure`.
     """
@@ -240,36 +260,50 @@ def attention_figure(traj: Trajectory, *, max_panels: int = 8, title: str | None
     plt = _pyplot()
     ev_t = np.asarray(traj.extras["event_t"])
     ev_A = np.asarray(traj.extras["event_attention"])
-    names = [e["name"] for e in traj.events]
-    times = [float(e["t"]) for e in traj.events]
-    # Match each boundary event to its saved attention by time.
-    picks = []
-    for name, t in zip(names, times, strict=True):
-        if name in _BOUNDARY_EVENTS and ev_t.size:
-            j = int(np.argmin(np.abs(ev_t - t)))
-            picks.append((f"{name.replace('_', ' ')}\nt = {t:.4g}", ev_A[j]))
-    if len(picks) > max_panels - 1:
-        keep = np.unique(np.linspace(0, len(picks) - 1, max_panels - 1).round().astype(int))
-        picks = [picks[i] for i in keep]
+    # The boundaries of the recorded stages, in time order (each is an event
+    # time, where the attention matrix was saved), the earliest first.
+    bounds = []
+    for st in sorted(traj.stages, key=lambda x: x["t_start"]):
+        for key, verb in (("t_start", "start"), ("t_end", "end")):
+            t = float(st[key])
+            if t > 0 and (key == "t_start" or st.get("complete", True)):
+                bounds.append((t, f"{st['name'].replace('_', ' ')} {verb}"))
+    bounds.sort()
+    picks, used = [], []
+    for t, name in bounds:
+        if not ev_t.size:
+            break
+        j = int(np.argmin(np.abs(ev_t - t)))
+        if j in used or abs(ev_t[j] - t) > 1e-9 * max(1.0, t):
+            continue
+        used.append(j)
+        picks.append((f"{name}\nt = {t:.4g}", ev_A[j]))
+    picks = picks[: max_panels - 1]
     if "attention" in traj.extras:
-        picks.append((f"final\nt = {traj.t_final:.4g}", np.asarray(traj.extras["attention"])[-1]))
+        picks.append(
+            (f"final\nt = {traj.t_final:.4g}", np.asarray(traj.extras["attention"])[-1])
+        )
     if not picks:
         raise ValueError("the trajectory has no stage boundary events to show")
     n = len(picks)
     cols = min(4, n)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.4 * cols, 3.3 * rows), squeeze=False
+    )
     labels = _labels(traj)
     d = traj.chain.d
     image = None
-    for ax, (name, A) in zip(axes.flat, picks, strict=False):
+    for i, (ax, (name, A)) in enumerate(zip(axes.flat, picks, strict=False)):
         image = ax.imshow(A, vmin=0, vmax=1, cmap="magma")
         ax.set_title(name, fontsize=9)
         if d <= 16:
             ax.set_xticks(range(d), labels, fontsize=7)
             ax.set_yticks(range(d), labels, fontsize=7)
-        ax.set_xlabel("key token")
-        ax.set_ylabel("query token")
+        if i // cols == rows - 1 or i + cols >= n:
+            ax.set_xlabel("key token")
+        if i % cols == 0:
+            ax.set_ylabel("query token")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention $A_{ik}$")
@@ -290,7 +324,9 @@ def save_figure(fig, stem: str | os.PathLike) -> list[Path]:
     return paths
 
 
-def plot_all(traj: Trajectory, out_dir: str | os.PathLike, prefix: str = "") -> list[Path]:
+def plot_all(
+    traj: Trajectory, out_dir: str | os.PathLike, prefix: str = ""
+) -> list[Path]:
     """Writes the summary, PCA and attention figures (PNG and PDF) into
     `out_dir`; returns the paths."""
     out = Path(out_dir)

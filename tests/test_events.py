@@ -54,7 +54,9 @@ def test_exact_times_and_continuation():
         key=lambda e: e[1],
     )
     assert [n for n, _ in got] == [n for n, _ in want]
-    np.testing.assert_allclose([t for _, t in got], [t for _, t in want], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        [t for _, t in got], [t for _, t in want], rtol=0, atol=1e-9
+    )
     # Saves are unaffected by the restarts and lie on the exact solution.
     np.testing.assert_allclose(sol.ts, np.linspace(0.0, 10.0, 11))
     np.testing.assert_allclose(sol.saved, np.cos(sol.ts), atol=1e-8)
@@ -116,7 +118,9 @@ def test_exponential_decay_crossing():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="direction must be True, False or None, got 'up'"):
+    with pytest.raises(
+        ValueError, match="direction must be True, False or None, got 'up'"
+    ):
         _solve_oscillator(["up", None, None])
     with pytest.raises(ValueError, match="got 3 directions but 2 names"):
         _solve_oscillator([None, None, None], names=["a", "b"])
@@ -124,5 +128,7 @@ def test_bad_arguments():
         gf.Event("", lambda t, p, c: 0.0)
     with pytest.raises(TypeError, match="cond_fn must be callable, got int"):
         gf.Event("e", 3)
-    with pytest.raises(ValueError, match="direction must be True, False or None, got 2"):
+    with pytest.raises(
+        ValueError, match="direction must be True, False or None, got 2"
+    ):
         gf.Event("e", lambda t, p, c: 0.0, direction=2)

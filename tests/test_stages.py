@@ -50,8 +50,12 @@ def synthetic(
     if noise:
         speed = speed + noise * 1e-3 * rng.standard_normal(n)
         entropy_rate = entropy_rate + noise * 1e-2 * rng.standard_normal(n)
-    att_mass = np.full(D, 1.0 / D) + cumulative_trapezoid(mass_rate, u, axis=0, initial=0)
-    sv_rate = np.stack([bump(u, 7.0, 0.4, direction_height) - 0.05, np.full(n, -0.05)], 1)
+    att_mass = np.full(D, 1.0 / D) + cumulative_trapezoid(
+        mass_rate, u, axis=0, initial=0
+    )
+    sv_rate = np.stack(
+        [bump(u, 7.0, 0.4, direction_height) - 0.05, np.full(n, -0.05)], 1
+    )
     sv_ratio = 1e-3 * np.exp(cumulative_trapezoid(sv_rate, u, axis=0, initial=0))
     loss = LOG_D - cumulative_trapezoid(speed, u, initial=0) * (LOG_D - 0.5) / 2
     curves = dict(
@@ -151,9 +155,7 @@ def test_chained_new_direction():
     t, u, curves, _ = synthetic()
     rate2 = bump(u, 7.6, 0.5, 3.0) - 0.05
     curves["sv_rate"][:, 1] = rate2
-    curves["sv_ratio"][:, 1] = 1e-4 * np.exp(
-        cumulative_trapezoid(rate2, u, initial=0)
-    )
+    curves["sv_ratio"][:, 1] = 1e-4 * np.exp(cumulative_trapezoid(rate2, u, initial=0))
     stages, _ = run(t, curves)
     new = [s for s in stages if s["name"] == "new_direction"]
     assert len(new) == 2
