@@ -402,7 +402,7 @@ def solve_with_events(
         seg_ts = np.asarray(sol.ts[0], dtype=np.float64)
         sel = keep & np.isfinite(seg_ts) & (ts <= t_end)
         ts_chunks.append(ts[sel])
-        saved_chunks.append(jax.tree.map(lambda x: np.asarray(x)[sel], sol.ys[0]))
+        saved_chunks.append(jax.tree.map(lambda x, s=sel: np.asarray(x)[s], sol.ys[0]))
         result = sol.result
         t_now, y_now = t_end, y_end
         controller_state = _strong(sol.controller_state)

@@ -24,8 +24,10 @@ and the events are crossings of thresholds by them:
 
 Stages are intervals between these events: `condensation` from the start
 to the first saddle entry; `focus` from `focus_start` to `focus_end`;
-`dilution` from `focus_end` to the next saddle entry (or the next focus or new
-direction); `new_direction` from its start to its end, opening a new cycle.
+`dilution` from `focus_end` to the next saddle entry (or the next focus);
+`new_direction` from its start to its end, opening a new cycle. Stages of
+different kinds may overlap (a new direction often opens while attention
+refocuses).
 
 The same state machine, [`StageDetector`][], is driven either by the events
 located during the solve ([`gradflow.integrate_stages`][]) or by sampled curves
@@ -328,7 +330,6 @@ class StageDetector:
             counted = ratio < self.thresholds.direction_ratio
             record["sv_ratio"] = ratio
             if counted:
-                self._end_dilution(t, info)
                 self.cycle += 1
             else:
                 record["name"] = "sv_growth_start"
