@@ -1,13 +1,13 @@
 """Plateau lengths grow like log(1/init_scale).
 
-Integrates the sticky chain from init scales 1e-2 ... 1e-6 and measures, from
+Integrates the sticky chain from init scales 1e-3 ... 1e-7 and measures, from
 the located events, the end of condensation (first saddle entry) and the start
 of the first focus. Near the origin the flow is linear with growth rate
 sigma = |pi - 1/d| |pi|, so escaping from a point of size `scale` takes a time
 ~ log(1/scale) / sigma: the times should be linear in log(1/scale). Prints the
 fitted slopes and writes docs/figures/init_scale_sweep.{png,pdf}.
 
-    python examples/init_scale_sweep.py [--scales 1e-2 1e-3 1e-4 1e-5 1e-6]
+    python examples/init_scale_sweep.py [--scales 1e-3 1e-4 1e-5 1e-6 1e-7]
 """
 
 import argparse
@@ -21,7 +21,7 @@ from gradflow import plot
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(
-    "--scales", type=float, nargs="+", default=[1e-2, 1e-3, 1e-4, 1e-5, 1e-6]
+    "--scales", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5, 1e-6, 1e-7]
 )
 parser.add_argument("--t1", type=float, default=600.0)
 parser.add_argument("--out", type=Path, default=Path("docs/figures"))

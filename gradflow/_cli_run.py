@@ -151,7 +151,8 @@ def _chain(args):
         chain = gf.chains.sticky(args.d, args.top_mass, args.rho, args.delta)
         return (
             chain,
-            f"sticky(d={args.d}, top_mass={args.top_mass}, rho={args.rho}, delta={args.delta})",
+            f"sticky(d={args.d}, top_mass={args.top_mass}, rho={args.rho}, "
+            f"delta={args.delta})",
         )
     if args.chain == "zipf":
         return (
@@ -165,7 +166,8 @@ def _chain(args):
             concentration=args.concentration,
             exponent=args.exponent,
         ),
-        f"random(d={args.d}, seed={args.chain_seed}, concentration={args.concentration}, "
+        f"random(d={args.d}, seed={args.chain_seed}, "
+        f"concentration={args.concentration}, "
         f"exponent={args.exponent})",
     )
 
@@ -205,7 +207,8 @@ def format_stage_table(stages) -> str:
         tokens = ",".join(s.get("token_labels") or [])
         flag = "" if s.get("complete", True) else "  (still open at t1)"
         lines.append(
-            f"{s['name']:<14} {s['cycle']:>5} {s['t_start']:>10.4g} {s['t_end']:>10.4g} "
+            f"{s['name']:<14} {s['cycle']:>5} "
+            f"{s['t_start']:>10.4g} {s['t_end']:>10.4g} "
             f"{s['loss_start']:>10.5f} {s['loss_end']:>10.5f}  {tokens}{flag}"
         )
     return "\n".join(lines)

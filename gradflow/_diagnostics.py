@@ -60,11 +60,11 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
     | `loss`, `grad_norm` | `()` | $L(\theta)$, $|\nabla L(\theta)|$ |
     | `norm_W0`, `norm_W1`, `norm_WQ`, `norm_WK` | `()` | Frobenius norms |
     | `sv_W0`, `sv_W1` | `(min(m, d),)` | singular values, decreasing |
-    | `stable_rank_W0`, `stable_rank_W1` | `()` | $|W|_F^2 / \sigma_1^2$ |
+    | `stable_rank_W0`, `_W1` | `()` | $|W|_F^2 / \sigma_1^2$ |
     | `sv_ratio_W0` | `()` | $\sigma_2 / \sigma_1$ of $W_0$ |
-    | `cos_W0_pi` | `()` | $|W_0 \hat\pi| / |W_0|_F$ (1: rows of $W_0$ parallel to $\pi$) |
+    | `cos_W0_pi` | `()` | $|W_0 \hat\pi| / |W_0|_F$ (1: rows parallel to $\pi$) |
     | `cos_W1_u` | `()` | $|\hat u^\top W_1| / |W_1|_F$, $u = \pi - 1/d$ (1: aligned) |
-    | `right_sv_W0` | `(3, d)` | top right singular vectors of $W_0$, largest entry > 0 |
+    | `right_sv_W0` | `(3, d)` | top right singular vectors of $W_0$ (max entry > 0) |
     | `cos_v_pi` | `(3,)` | $|v_k \cdot \hat\pi|$ for those vectors |
     | `attention` | `(d, d)` | $A$ (SPEC section 3) |
     | `att_entropy` | `()` | $\sum_i \pi_i H(A_{i\cdot})$ |

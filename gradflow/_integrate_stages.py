@@ -203,7 +203,8 @@ def integrate_stages(
     thresholds = StageThresholds() if thresholds is None else thresholds
     if not isinstance(thresholds, StageThresholds):
         raise TypeError(
-            f"thresholds must be a gradflow.StageThresholds, got {type(thresholds).__name__}"
+            "thresholds must be a gradflow.StageThresholds, got "
+            f"{type(thresholds).__name__}"
         )
     jdtype = _resolve_dtype(dtype)
     t1 = _check_positive_finite("t1", t1)

@@ -1,26 +1,21 @@
 r"""Stages of training and the events that bound them (SPEC section 4).
 
-The definitions (with the reasoning behind each threshold) are in
-`docs/stages.md`. In brief, four dimensionless rates are watched, each a
-derivative per unit of $\log t$ so that it reads the same on every plateau:
+The definitions, with the reasoning behind each threshold, are in
+`docs/stages.md`. Four dimensionless rates are watched, each a derivative per
+unit of $\log t$ so that it reads the same on every plateau: the speed
+$s = t |\nabla L|^2 / (\log d - H_{\text{cond}})$, the attention-entropy rate
+$e$ (over $H(\pi)$), the attention-mass rate $\mu_k$ of each key token, and
+the direction rate $\rho_j$ of $\log(\sigma_{j+1}/\sigma_1)$ of $W_0$. The
+events are their threshold crossings:
 
-| quantity | definition |
-| --- | --- |
-| speed $s$ | $t\,|\nabla L|^2 / (\log d - H_{\text{cond}})$ $= -\frac{dL}{d\log t}$ over the loss range |
-| entropy rate $e$ | $\frac{d}{d\log t} \sum_i \pi_i H(A_{i\cdot})$ over $H(\pi)$ |
-| mass rate $\mu_k$ | $\frac{d}{d\log t} \sum_i \pi_i A_{ik}$ (attention mass on key token $k$) |
-| direction rate $\rho_j$ | $\frac{d}{d\log t} \log(\sigma_{j+1}/\sigma_1)$ of $W_0$ |
-
-and the events are crossings of thresholds by them:
-
-| event | condition |
-| --- | --- |
-| `saddle_escape` | $s$ rises through `escape_speed` |
-| `saddle_entry` | $s$ falls through `entry_speed` |
-| `focus_start` | $e$ falls through `-focus_rate`; the focus token is $\arg\max_k \mu_k$ |
-| `focus_end` | $\mu_{k^*}$ falls through 0: the focus token's mass peaks |
-| `new_direction_start` | $\rho_j$ rises through `direction_rate` while $\sigma_{j+1}/\sigma_1$ < `direction_ratio` |
-| `new_direction_end` | $\rho_j$ falls through `direction_rate` |
+- `saddle_escape` / `saddle_entry`: $s$ rises through `escape_speed` / falls
+  through `entry_speed`;
+- `focus_start`: $e$ falls through `-focus_rate`; the focus token is
+  $k^* = \arg\max_k \mu_k$;
+- `focus_end`: $\mu_{k^*}$ falls through 0 (the focus token's mass peaks);
+- `new_direction_start` / `_end`: $\rho_j$ rises / falls through
+  `direction_rate` (start only while $\sigma_{j+1}/\sigma_1$ <
+  `direction_ratio`).
 
 Stages are intervals between these events: `condensation` from the start
 to the first saddle entry; `focus` from `focus_start` to `focus_end`;
@@ -71,7 +66,7 @@ class StageThresholds(eqx.Module):
     """
 
     escape_speed: float = 1e-2
-    entry_speed: float = 2e-3
+    entry_speed: float = 5e-3
     focus_rate: float = 5e-2
     direction_rate: float = 1.0
     direction_ratio: float = 0.1
@@ -96,7 +91,8 @@ class StageThresholds(eqx.Module):
         if self.entry_speed >= self.escape_speed:
             raise ValueError(
                 "StageThresholds.entry_speed must be < escape_speed (hysteresis), got "
-                f"entry_speed = {self.entry_speed} and escape_speed = {self.escape_speed}"
+                f"entry_speed = {self.entry_speed} and "
+                f"escape_speed = {self.escape_speed}"
             )
 
 

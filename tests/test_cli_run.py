@@ -86,9 +86,19 @@ def test_cli_trajectory_stages_are_consistent(short_run):
 
 def test_cli_symmetric_chain_has_no_new_direction(tmp_path):
     # delta = 0: the rare tokens are exactly symmetric and the flow stays on
-    # the degenerate point, so no new direction opens (t1 is long: 20000).
+    # the degenerate point, so no new direction opens, even by t1 = 20000.
     code = main(
-        ["run", "--delta", "0", "--out", str(tmp_path), "--no-progress", "--no-figures"]
+        [
+            "run",
+            "--delta",
+            "0",
+            "--t1",
+            "20000",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--no-figures",
+        ]
     )
     assert code == 0
     names = [r["name"] for r in _rows(tmp_path / "stages.csv")]
