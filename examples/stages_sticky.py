@@ -20,7 +20,7 @@ parser.add_argument("--out", type=Path, default=Path("docs/figures"))
 args = parser.parse_args()
 
 chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-traj = gf.integrate_stages(chain, 1e-3, width=8, t1=args.t1)
+traj = gf.integrate_stages(chain, 1e-3, width=8, t1=args.t1, progress=False)
 print(traj)
 print(format_stage_table(traj.stages))
 plot.plot_all(traj, args.out, prefix="sticky_")
