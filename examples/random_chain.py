@@ -8,7 +8,7 @@ most frequent one. Writes docs/figures/random_{summary,embeddings_pca,attention}
 for the first chain whose first focus is not on its most frequent token (or the
 last chain tried, if none is).
 
-    python examples/random_chain.py [--seeds 0 1 2 3] [--t1 10000]
+    python examples/random_chain.py [--seeds 1 2 3] [--t1 10000]
 """
 
 import argparse
@@ -22,8 +22,9 @@ from gradflow._cli_run import format_stage_table
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-parser.add_argument("--concentration", type=float, default=0.5)
+parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+parser.add_argument("--concentration", type=float, default=1.0)
+parser.add_argument("--max-steps", type=int, default=300_000)
 parser.add_argument("--t1", type=float, default=10_000.0)
 parser.add_argument("--out", type=Path, default=Path("docs/figures"))
 args = parser.parse_args()
@@ -31,7 +32,11 @@ args = parser.parse_args()
 chosen = None
 for seed in args.seeds:
     chain = gf.chains.random(6, seed=seed, concentration=args.concentration)
-    traj = gf.integrate_stages(chain, 1e-3, width=8, t1=args.t1, progress=False)
+    traj = gf.integrate_stages(
+        chain, 1e-3, width=8, t1=args.t1, max_steps=args.max_steps, progress=False
+    )
+    if not traj.ok:
+        print(f"chain seed {seed}: stopped early: {traj.message}")
     pi = np.asarray(chain.pi)
     focus = [s for s in traj.stages if s["name"] == "focus"]
     first = focus[0]["tokens"][0] if focus else None

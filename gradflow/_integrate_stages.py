@@ -325,7 +325,20 @@ def integrate_stages(
         "num_rejected_steps": sol.num_rejected_steps,
         "num_segments": sol.num_segments,
     }
-    stats["num_grad_evals"] = _count_grad_evals(solver_obj, stats)
+    # Solvers that count their own evaluations need their final state, which a
+    # segmented solve does not keep: their count is reported as unknown.
+    if hasattr(solver_obj, "num_grad_evals"):
+        stats["num_grad_evals"] = None
+    else:
+        # Each segment restarts the solver: FSAL methods pay one evaluation and
+        # the initial step selection two more per segment.
+        # (The event conditions' own gradient, one per step and per bisection
+        # iteration, is not counted: this is the vector field's count.)
+        count = _count_grad_evals(solver_obj, stats)
+        if count is not None and isinstance(solver_obj, dfx.AbstractERK):
+            fsal = 1 if solver_obj.tableau.fsal else 0
+            count += (sol.num_segments - 1) * (2 + fsal)
+        stats["num_grad_evals"] = count
     stats["wall_time"] = time.perf_counter() - start
     settings = {
         "width": int(width),
