@@ -319,6 +319,9 @@ class StageDetector:
             self._close("focus", t, loss, mass_end=mass)
             if counted:
                 self._open("dilution", t, loss, [k], mass_start=mass)
+                # A dilution belongs to its focus's cycle, even if a new
+                # direction opened the next cycle meanwhile.
+                self.open["dilution"]["cycle"] = stage["cycle"]
             record["token"] = k
         elif name == "new_direction_start":
             j = self.direction_index
