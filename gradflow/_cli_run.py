@@ -219,9 +219,9 @@ def run(args) -> int:
 
     try:
         chain, description = _chain(args)
-        ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
         if args.saves < 2:
             raise ValueError(f"--saves must be at least 2, got {args.saves}")
+        ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
         traj = gf.integrate_stages(
             chain,
             args.init_scale,
