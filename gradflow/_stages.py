@@ -335,6 +335,16 @@ class StageDetector:
             self._open("new_direction", t, loss, [], counted=counted, sv_index=j + 1)
         elif name == "new_direction_end":
             stage = self.open.get("new_direction", {})
+            j = self.direction_index
+            if stage.get("counted", True) and (
+                float(np.asarray(info["sv_ratio"])[j]) < self.thresholds.direction_ratio
+            ):
+                # The growth paused before the direction opened (ratio still
+                # below direction_ratio): the stage stays open; the condition
+                # fires again when the growth resumes and then slows down.
+                record["name"] = "new_direction_pause"
+                self.events.append(record)
+                return record
             if not stage.get("counted", True):
                 record["name"] = "sv_growth_end"
             self._close("new_direction", t, loss, **self._direction_info(info))
@@ -449,10 +459,13 @@ def detect_stages(
         )
 
     i, f = 0, 0.0
+    skip = None
     while i < T - 1:
         old = conds(i, f)
         new = conds(i + 1, 0.0)
         can = mask & (old <= 0) & (new > 0)
+        if skip is not None and skip[0] == i:
+            can[skip[1]] = False
         if not can.any():
             i, f = i + 1, 0.0
             continue
@@ -463,11 +476,13 @@ def detect_stages(
         t_event = ts[i] + f_event * (ts[i + 1] - ts[i])
         det.fire(BUILTIN_EVENTS[k], t_event, at(i, f_event))
         mask = det.active()
-        mask[k] = False  # restarting on its own root must not fire it again
+        # Restarting on its own root must not fire it again: off for the rest
+        # of this piece (after it, it must first cross back).
         if f_event >= 1.0:
             i, f = i + 1, 0.0
         else:
             f = f_event
+        skip = (i, k)
     stages = det.finish(ts[-1], curves["loss"][-1], at(T - 2, 1.0) if T > 1 else None)
     return stages, det.events
 

@@ -163,6 +163,23 @@ def test_chained_new_direction():
     assert [s["cycle"] for s in new] == [2, 3]
 
 
+def test_paused_growth_keeps_the_direction_open():
+    # sigma_2 / sigma_1 grows, pauses (rate below direction_rate) while still
+    # below 0.1, then grows again: one new_direction stage, spanning both.
+    t, u, curves, _ = synthetic()
+    rate = bump(u, 6.4, 0.25, 4.0) + bump(u, 7.6, 0.3, 6.0) - 0.05
+    curves["sv_rate"][:, 0] = rate
+    curves["sv_ratio"][:, 0] = 1e-3 * np.exp(cumulative_trapezoid(rate, u, initial=0))
+    stages, events = run(t, curves)
+    new = [s for s in stages if s["name"] == "new_direction"]
+    assert len(new) == 1
+    ratio_at_pause = np.interp(7.0, u, curves["sv_ratio"][:, 0])
+    assert ratio_at_pause < 0.1  # the pause happens before the direction opens
+    assert "new_direction_pause" in [e["name"] for e in events]
+    t_ratio = t[np.argmax(curves["sv_ratio"][:, 0] > 0.1)]
+    assert new[0]["t_start"] < np.exp(6.4) < t_ratio < new[0]["t_end"]
+
+
 def test_bad_input():
     t, _, curves, _ = synthetic(n=50)
     bad = dict(curves, speed=curves["speed"][:-1])
