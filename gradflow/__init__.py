@@ -23,6 +23,16 @@ from ._chain import (  # noqa: E402
     stationary_distribution as stationary_distribution,
 )
 from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._diagnostics import (  # noqa: E402
+    attention_entropy as attention_entropy,
+    diagnostic_rates as diagnostic_rates,
+    diagnostics as diagnostics,
+)
+from ._events import (  # noqa: E402
+    Event as Event,
+    SegmentedSolution as SegmentedSolution,
+    solve_with_events as solve_with_events,
+)
 from ._integrate import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
@@ -31,6 +41,7 @@ from ._integrate import (  # noqa: E402
     default_tolerances as default_tolerances,
     integrate as integrate,
 )
+from ._integrate_stages import integrate_stages as integrate_stages  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
@@ -44,6 +55,12 @@ from ._sgd import (  # noqa: E402
     SGDRun as SGDRun,
     load_sgd as load_sgd,
     train_sgd as train_sgd,
+)
+from ._stages import (  # noqa: E402
+    StageDetector as StageDetector,
+    StageThresholds as StageThresholds,
+    detect_stages as detect_stages,
+    monitor as monitor,
 )
 from ._theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,

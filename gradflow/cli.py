@@ -10,7 +10,7 @@ import importlib
 import sys
 
 
-_COMMANDS: tuple[str, ...] = ("sgd", "theory")
+_COMMANDS: tuple[str, ...] = ("run", "sgd", "theory")
 
 
 def build_parser() -> argparse.ArgumentParser:

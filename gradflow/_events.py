@@ -1,0 +1,460 @@
+r"""Events located while integrating, with the solve continuing after each one.
+
+A Diffrax [`diffrax.Event`][] terminates a solve. [`solve_with_events`][] turns
+that into a solve that *passes through* events: it solves until the first
+active condition crosses zero, locates the crossing by bisection on the
+solver's dense interpolant (so the event time is exact to solver precision),
+reports it to the host, and restarts from the event state with the step-size
+controller's state carried over, until `t1`.
+
+All conditions are folded into one scalar for Diffrax,
+$g = \max(-1, \max_k s_k c_k)$, where $c_k$ are the conditions (each oriented
+so that it fires on an upward crossing) and $s_k \in \{+1, -1, 0\}$ says
+whether condition $k$ is *armed* (below zero, waiting to cross up), *disarmed*
+(above zero: it must come back down before it can fire again; that down
+crossing re-arms it silently) or off. $g$ crosses zero exactly when the first
+term does, so one root find serves every condition, and the conditions are
+evaluated once per step. Which conditions are on, and their data, live in
+`args`, never in a closure: switching a condition between segments reuses the
+compiled solve.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from jaxtyping import Array, PyTree
+
+
+class Event(eqx.Module):
+    r"""A user event: a named scalar condition of the state.
+
+    The event fires when `cond_fn(t, params, chain)` crosses zero: upward if
+    `direction=True`, downward if `False`, either way if `None`. Its time is
+    located by bisection on the solver's dense output, and the solve continues.
+
+    **Arguments:**
+
+    - `name`: a label for the event record.
+    - `cond_fn`: a JAX function `(t, params, chain) -> scalar`.
+    - `direction`: `True`, `False` or `None` (see above).
+
+    **Example:**
+
+    ```python
+    # When the loss falls through the unigram level H(pi) + 0.01.
+    level = float(chain.unigram_entropy) + 0.01
+    ev = gf.Event("below_unigram", lambda t, p, c: level - gf.population_loss(p, c),
+                  direction=True)
+    traj = gf.integrate_stages(chain, 1e-3, events=[ev])
+    ```
+    """
+
+    name: str = eqx.field(static=True)
+    cond_fn: Callable = eqx.field(static=True)
+    direction: bool | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"Event name must be a string, got {self.name!r}")
+        if not self.name:
+            raise ValueError(
+                f"Event name must be a non-empty string, got {self.name!r}"
+            )
+        if not callable(self.cond_fn):
+            raise TypeError(
+                f"Event {self.name!r}: cond_fn must be callable, got "
+                f"{type(self.cond_fn).__name__}"
+            )
+        if self.direction not in (None, True, False):
+            raise ValueError(
+                f"Event {self.name!r}: direction must be True, False or None, got "
+                f"{self.direction!r}"
+            )
+
+
+class _Combined(eqx.Module):
+    """$g = \\max(-1, \\max_k s_k c_k)$, with $s_k$ in `args`."""
+
+    condition: Callable
+
+    def __call__(self, t, y, args, **kwargs):
+        del kwargs
+        user_args, signs = args
+        values = jnp.atleast_1d(self.condition(t, y, user_args))
+        terms = jnp.where(signs != 0, signs * values, -1.0)
+        return jnp.maximum(jnp.max(terms), -1.0)
+
+
+class _TimeBisection(optx.AbstractRootFinder):
+    """Bisection that stops when the time interval is small.
+
+    `optimistix.Bisection` also asks for `|g| < atol`, which a steep condition
+    cannot meet at large `t` (one ulp of `t` moves `g` by more than `atol`);
+    the bisection then runs out of iterations. Here only the bracket counts:
+    it shrinks below `atol + rtol |t|` in about 50 halvings.
+    """
+
+    bisection: optx.Bisection
+
+    @property
+    def rtol(self):
+        return self.bisection.rtol
+
+    @property
+    def atol(self):
+        return self.bisection.atol
+
+    @property
+    def norm(self):
+        return optx.max_norm
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        return self.bisection.init(fn, y, args, options, f_struct, aux_struct, tags)
+
+    def step(self, fn, y, args, options, state, tags):
+        return self.bisection.step(fn, y, args, options, state, tags)
+
+    def terminate(self, fn, y, args, options, state, tags):
+        del fn, args, options, tags
+        scale = self.atol + self.rtol * jnp.abs(y)
+        return jnp.abs(state.lower - state.upper) < scale, optx.RESULTS.successful
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return y, aux, {}
+
+
+@eqx.filter_jit
+def _values(condition, t, y, args):
+    return jnp.atleast_1d(condition(t, y, args))
+
+
+def _never(t, y, args):
+    return -jnp.ones(1)
+
+
+class _ArgsField(eqx.Module):
+    """The vector field sees only the user's args."""
+
+    vector_field: Callable
+
+    def __call__(self, t, y, args):
+        return self.vector_field(t, y, args[0])
+
+
+@eqx.filter_jit
+def _segment(
+    vector_field,
+    solver,
+    controller,
+    combined,
+    y0,
+    args,
+    signs,
+    t0,
+    t1,
+    ts,
+    save_fn,
+    controller_state,
+    max_steps,
+    meter,
+    root_rtol,
+    root_atol,
+):
+    term = dfx.ODETerm(_ArgsField(vector_field))
+    event = dfx.Event(
+        cond_fn=combined,
+        root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),
+        direction=True,
+    )
+    save_args_fn = lambda t, y, a: save_fn(t, y, a[0])  # noqa: E731
+    saveat = dfx.SaveAt(
+        subs=[dfx.SubSaveAt(ts=ts, fn=save_args_fn), dfx.SubSaveAt(t1=True)],
+        controller_state=True,
+    )
+    return dfx.diffeqsolve(
+        term,
+        solver,
+        t0,
+        t1,
+        None,
+        y0,
+        args=(args, signs),
+        saveat=saveat,
+        stepsize_controller=controller,
+        controller_state=controller_state,
+        event=event,
+        max_steps=max_steps,
+        throw=False,
+        progress_meter=meter,
+    )
+
+
+@eqx.filter_jit
+def _init_controller(vector_field, solver, controller, y0, args, signs, t0, t1):
+    term = dfx.ODETerm(_ArgsField(vector_field))
+    _, state = controller.init(
+        term, t0, t1, y0, None, (args, signs), solver.func, solver.error_order(term)
+    )
+    return state
+
+
+def _strong(tree):
+    """Arrays with concrete (not weak) dtypes: the controller state that
+    Diffrax returns is strongly typed, its initial state is not; mixing them
+    would compile the segment twice."""
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), tree)
+
+
+class SegmentedSolution(eqx.Module):
+    """What [`gradflow.solve_with_events`][] returns (host-side NumPy arrays).
+
+    - `ts`, `saved`: the save times reached and `save_fn`'s values there;
+    - `t_final`, `y_final`: the last time reached and the state there;
+    - `events`: one dict per event that fired, in time order: `name`, `index`
+      (position in the condition vector), `t`, plus whatever `on_event` added;
+    - `result`: Diffrax's result of the last segment; `ok`: whether `t1` was
+      reached; step counts (all segments together) and `num_segments`.
+    """
+
+    ts: np.ndarray
+    saved: Any
+    t_final: float
+    y_final: Any
+    events: list
+    result: Any
+    ok: bool
+    num_steps: int
+    num_accepted_steps: int
+    num_rejected_steps: int
+    num_segments: int
+    wall_time: float
+
+
+def solve_with_events(
+    vector_field: Callable,
+    y0: PyTree[Array],
+    args: Any,
+    *,
+    t0: float,
+    t1: float,
+    ts: np.ndarray,
+    save_fn: Callable,
+    condition: Callable | None = None,
+    directions: Sequence[bool | None] = (),
+    names: Sequence[str] | None = None,
+    active: Sequence[bool] | None = None,
+    on_event: Callable | None = None,
+    solver: dfx.AbstractSolver | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 1_000_000,
+    max_events: int = 10_000,
+    meter_factory: Callable | None = None,
+    root_rtol: float = 1e-13,
+    root_atol: float = 1e-13,
+) -> SegmentedSolution:
+    r"""Solves $\dot y = f(t, y, \text{args})$ from `t0` to `t1`, stopping at each
+    event, reporting it, and continuing.
+
+    Each event ends a Diffrax solve (a *segment*); the next segment starts from
+    the event state with the PID controller's state carried over (its first
+    step size is selected afresh). Save times and the compiled solve are shared
+    by all segments.
+
+    **Arguments:**
+
+    - `vector_field`: `f(t, y, args)`.
+    - `y0`, `args`: initial state and data.
+    - `t0`, `t1`: the interval.
+    - `ts`: increasing save times in `[t0, t1]`; `save_fn(t, y, args)` is saved
+      at each of them.
+    - `condition`: `c(t, y, args)` returning a vector of `K` condition values
+      (or a scalar, `K = 1`); `directions`: for each, the crossing it fires on
+      (`True` upward, `False` downward, `None` either way).
+    - `names`: labels of the `K` conditions (default `"event_0"`, ...).
+    - `active`: which conditions are switched on at the start (default all).
+    - `on_event(record, t, y, args)`: called on the host after each event with
+      its record (a dict it may add to). Returns `None` (carry on), the new
+      on/off mask of the conditions, or a pair `(mask, args)` to also replace
+      the data the next segments see (same structure, so no recompile).
+    - `solver`, `rtol`, `atol`, `max_steps`: as in Diffrax. `max_steps` caps
+      each segment and, checked between segments, all segments together.
+    - `max_events`: a guard against a condition that chatters.
+    - `meter_factory`: called with `(t_start, t1)`, returns a Diffrax progress
+      meter for a segment.
+    - `root_rtol`, `root_atol`: the bisection that locates each event time on
+      the dense interpolant stops when its bracket is shorter than
+      `root_atol + root_rtol * |t|`.
+
+    **Returns:** a [`gradflow.SegmentedSolution`][].
+
+    **Example** (a harmonic oscillator; $\cos t$ crosses zero at
+    $\pi/2 + k\pi$):
+
+    ```python
+    sol = gf.solve_with_events(
+        lambda t, y, a: jnp.stack([y[1], -y[0]]), jnp.array([1.0, 0.0]), None,
+        t0=0.0, t1=10.0, ts=np.linspace(0, 10, 11), save_fn=lambda t, y, a: y[0],
+        condition=lambda t, y, a: y[0], directions=[None])
+    [e["t"] for e in sol.events]  # [1.5707963..., 4.712388..., 7.853981...]
+    ```
+    """
+    start = time.perf_counter()
+    solver = dfx.Tsit5() if solver is None else solver
+    # Tolerances as arrays: floats would be static and recompile for each value.
+    controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
+    n = len(directions)
+    for d in directions:
+        if d not in (None, True, False):
+            raise ValueError(f"each direction must be True, False or None, got {d!r}")
+    names = tuple(names) if names is not None else tuple(f"event_{i}" for i in range(n))
+    if len(names) != n:
+        raise ValueError(f"got {n} directions but {len(names)} names")
+    mask = np.ones(n, dtype=bool) if active is None else np.array(active, dtype=bool)
+    if mask.shape != (n,):
+        raise ValueError(
+            f"active must have one entry per condition ({n}), got {mask.shape}"
+        )
+    directions = tuple(directions)
+    if n == 0:  # nothing to watch: one condition that is always off
+        condition, directions = _never, (True,)
+    combined = _Combined(condition)
+    ts = np.asarray(ts, dtype=np.float64)
+    dtype = jax.tree.leaves(y0)[0].dtype
+    t1 = float(t1)
+
+    def current_values(t, y, a):
+        return np.asarray(_values(condition, jnp.asarray(t, dtype), y, a))
+
+    def initial_state(values):
+        """Sign and armed flag of each condition from its current value."""
+        sign = np.empty(len(directions))
+        armed = np.empty(len(directions), dtype=bool)
+        for k, (d, c) in enumerate(zip(directions, values, strict=True)):
+            if d is None:
+                sign[k], armed[k] = (1.0 if c <= 0 else -1.0), True
+            elif d:
+                sign[k], armed[k] = (1.0 if c <= 0 else -1.0), c <= 0
+            else:
+                sign[k], armed[k] = (-1.0 if c >= 0 else 1.0), c >= 0
+        return sign, armed
+
+    t_now = float(t0)
+    y_now = y0
+    sign, armed = initial_state(current_values(t_now, y_now, args))
+    on = mask.copy() if n else np.zeros(1, dtype=bool)
+    controller_state = _strong(
+        _init_controller(
+            vector_field,
+            solver,
+            controller,
+            y0,
+            args,
+            jnp.asarray(sign * on),
+            jnp.asarray(t_now, dtype),
+            jnp.asarray(t1, dtype),
+        )
+    )
+    saved_chunks, ts_chunks, events = [], [], []
+    steps = accepted = rejected = segments = 0
+    result = dfx.RESULTS.successful
+    ok = False
+    while True:
+        if steps >= max_steps:
+            result = dfx.RESULTS.max_steps_reached
+            break
+        # Save times already passed are pointed at `t_now` and dropped afterwards,
+        # so `ts` keeps its shape (and the compiled solve is reused).
+        ts_seg = np.clip(ts, t_now, t1)
+        keep = ts >= t_now if not ts_chunks else ts > t_now
+        meter = meter_factory(t_now, t1) if meter_factory else dfx.NoProgressMeter()
+        sol = _segment(
+            vector_field,
+            solver,
+            controller,
+            combined,
+            y_now,
+            args,
+            jnp.asarray(sign * on),
+            jnp.asarray(t_now, dtype),
+            jnp.asarray(t1, dtype),
+            jnp.asarray(ts_seg, dtype),
+            save_fn,
+            controller_state,
+            max_steps,  # static: a changing value would recompile every segment
+            meter,
+            root_rtol,
+            root_atol,
+        )
+        segments += 1
+        steps += int(sol.stats["num_steps"])
+        accepted += int(sol.stats["num_accepted_steps"])
+        rejected += int(sol.stats["num_rejected_steps"])
+        t_end = float(np.asarray(sol.ts[1])[0])
+        y_end = jax.tree.map(lambda x: x[0], sol.ys[1])
+        seg_ts = np.asarray(sol.ts[0], dtype=np.float64)
+        sel = keep & np.isfinite(seg_ts) & (ts <= t_end)
+        ts_chunks.append(ts[sel])
+        saved_chunks.append(jax.tree.map(lambda x, s=sel: np.asarray(x)[s], sol.ys[0]))
+        result = sol.result
+        t_now, y_now = t_end, y_end
+        controller_state = _strong(sol.controller_state)
+        if result == dfx.RESULTS.successful:
+            ok = True
+            break
+        if result != dfx.RESULTS.event_occurred:
+            break
+        # The condition that crossed is the largest term (zero up to the root
+        # finder's tolerance) among those switched on.
+        values = current_values(t_end, y_end, args)
+        k = int(np.argmax(np.where(on, sign * values, -np.inf)))
+        # Whatever happened, condition k is now on the other side of zero.
+        was_armed = bool(armed[k])
+        sign[k] = -sign[k]
+        armed[k] = directions[k] is None or not was_armed
+        if not was_armed:
+            continue  # it came back to where it can fire again: silent
+        record = {"name": names[k], "index": k, "t": t_end}
+        new = on_event(record, t_end, y_end, args) if on_event else None
+        events.append(record)
+        if isinstance(new, tuple):
+            new, args = new
+        if new is not None:
+            new = np.array(new, dtype=bool)
+            # Conditions switched on now start from their current side of zero.
+            fresh = new & ~on
+            if fresh.any():
+                s0, a0 = initial_state(current_values(t_end, y_end, args))
+                sign[fresh], armed[fresh] = s0[fresh], a0[fresh]
+            on = new
+        if len(events) >= max_events:
+            raise RuntimeError(
+                f"more than max_events = {max_events} events fired (last: {names[k]!r} "
+                f"at t = {t_end:.6g}); a condition is chattering around its threshold"
+            )
+    ts_out = np.concatenate(ts_chunks)
+    saved = jax.tree.map(lambda *xs: np.concatenate(xs), *saved_chunks)
+    return SegmentedSolution(
+        ts=ts_out,
+        saved=saved,
+        t_final=t_now,
+        y_final=y_now,
+        events=events,
+        result=result,
+        ok=ok,
+        num_steps=steps,
+        num_accepted_steps=accepted,
+        num_rejected_steps=rejected,
+        num_segments=segments,
+        wall_time=time.perf_counter() - start,
+    )
+
+
+__all__ = ["Event", "SegmentedSolution", "solve_with_events"]

@@ -1,0 +1,395 @@
+r"""`gradflow.integrate_stages`: the flow solved with its diagnostics, saddles and
+stages located while integrating."""
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike
+
+from ._chain import MarkovChain, entropy_bounds
+from ._diagnostics import diagnostics
+from ._events import Event, solve_with_events
+from ._integrate import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_T1,
+    GradientFlow,
+    _check_params,
+    _check_positive_finite,
+    _check_ts,
+    _count_grad_evals,
+    _failure_message,
+    _resolve_dtype,
+    _resolve_solver,
+    default_save_times,
+    default_tolerances,
+)
+from ._model import Params, _check_init_scale, init_params
+from ._progress import DelayedTqdmProgressMeter
+from ._stages import (
+    BUILTIN_EVENTS,
+    StageDetector,
+    StageThresholds,
+    condition_values,
+    monitor,
+)
+from ._trajectory import Trajectory
+
+
+# Above this vocabulary size the (d, d) attention matrix is not saved at every
+# save time (it is still saved at every event).
+MAX_SAVED_ATTENTION_D = 64
+
+
+class _FlowArgs(eqx.Module):
+    chain: MarkovChain
+    focus_token: jax.Array
+    direction_index: jax.Array
+
+
+class _Field(eqx.Module):
+    def __call__(self, t, y, args: _FlowArgs):
+        return GradientFlow()(t, y, args.chain)
+
+
+class _Conditions(eqx.Module):
+    """The built-in conditions (one `monitor` evaluation) then the user's."""
+
+    thresholds: StageThresholds = eqx.field(static=True)
+    user: tuple[Callable, ...] = eqx.field(static=True)
+
+    def __call__(self, t, y, args: _FlowArgs):
+        mon = monitor(t, y, args.chain)
+        values = condition_values(
+            mon, args.focus_token, args.direction_index, self.thresholds
+        )
+        values = values + [
+            jnp.asarray(fn(t, y, args.chain), mon["speed"].dtype) for fn in self.user
+        ]
+        return jnp.stack([jnp.asarray(v, mon["speed"].dtype) for v in values])
+
+
+class _Save(eqx.Module):
+    attention: bool = eqx.field(static=True)
+
+    def __call__(self, t, y, args: _FlowArgs):
+        out = diagnostics(y, args.chain)
+        if not self.attention:
+            del out["attention"]
+        mon = monitor(t, y, args.chain)
+        out.update({f"{k}": v for k, v in mon.items() if k not in out})
+        out["params"] = y
+        return out
+
+
+@eqx.filter_jit
+def _event_info(t, y: Params, chain: MarkovChain) -> dict[str, Any]:
+    out = diagnostics(y, chain)
+    out.update({k: v for k, v in monitor(t, y, chain).items() if k not in out})
+    return out
+
+
+@eqx.filter_jit
+def _save_point(save, t, y, args):
+    return save(t, y, args)
+
+
+def _check_events(events) -> tuple[Event, ...]:
+    if isinstance(events, Event):
+        events = (events,)
+    events = tuple(events)
+    names = set(BUILTIN_EVENTS)
+    for e in events:
+        if not isinstance(e, Event):
+            raise TypeError(
+                f"events must be gradflow.Event objects, got {type(e).__name__}"
+            )
+        if e.name in names:
+            raise ValueError(
+                f"event name {e.name!r} is used twice (or is a built-in name)"
+            )
+        names.add(e.name)
+    return events
+
+
+def _check_callbacks(callbacks) -> tuple[Callable, ...]:
+    if callable(callbacks):
+        callbacks = (callbacks,)
+    callbacks = tuple(callbacks)
+    for c in callbacks:
+        if not callable(c):
+            raise TypeError(f"callbacks must be callables, got {type(c).__name__}")
+    return callbacks
+
+
+def integrate_stages(
+    chain: MarkovChain,
+    init_scale: float | None = None,
+    *,
+    params: Params | None = None,
+    width: int = 16,
+    t1: float = DEFAULT_T1,
+    ts: ArrayLike | Sequence[float] | None = None,
+    seed: int = 0,
+    solver: str | dfx.AbstractSolver | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    progress: bool = True,
+    dtype: str = "float64",
+    events: Sequence[Event] = (),
+    callbacks: Sequence[Callable] = (),
+    thresholds: StageThresholds | None = None,
+    save_attention: bool | None = None,
+) -> Trajectory:
+    r"""Solves the population gradient flow and locates its saddles and stages.
+
+    The same flow as [`gradflow.integrate`][] (same arguments, same defaults),
+    with three additions:
+
+    - the diagnostics of [`gradflow.diagnostics`][] and the rates of
+      [`gradflow.monitor`][] are saved at every save time (`SaveAt(fn=...)`,
+      so a long run stores numbers, not states), in `traj.extras`;
+    - the built-in events (saddle entry and escape, focus start and end, a new
+      direction opening and closing) are located *during* the solve by a root
+      find on the solver's dense output, and the solve continues after each
+      (see [`gradflow.solve_with_events`][]);
+    - `traj.stages` and `traj.events` hold the records (dicts); the stages are
+      defined in `docs/stages.md`.
+
+    **Arguments** (beyond those of [`gradflow.integrate`][]):
+
+    - `events`: user [`gradflow.Event`][]s, located and recorded the same way.
+    - `callbacks`: Python functions `fn(event, t, params)`, called on the host
+      after every event (built-in or user) with its record, time and
+      parameters.
+    - `thresholds`: a [`gradflow.StageThresholds`][] (default thresholds when
+      `None`).
+    - `save_attention`: save the `(d, d)` attention matrix at every save time
+      (default: when `d <= 64`). It is saved at every event regardless.
+
+    **Returns:** a [`gradflow.Trajectory`][] with `stages`, `events` and
+    `extras` filled. `extras` holds each diagnostic (one row per save time)
+    and, per event, `event_t`, `event_attention` and `event_W0`.
+
+    **Example:**
+
+    ```python
+    import gradflow as gf
+    traj = gf.integrate_stages(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
+    for s in traj.stages:
+        print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
+    ```
+    """
+    start = time.perf_counter()
+    if not isinstance(chain, MarkovChain):
+        raise TypeError(
+            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}; "
+            "wrap a transition matrix as gf.MarkovChain(P)"
+        )
+    if (init_scale is None) == (params is None):
+        raise ValueError(
+            "give exactly one of init_scale (random start) and params (given start), "
+            f"got init_scale={init_scale!r} and "
+            f"params={'None' if params is None else '...'}"
+        )
+    user_events = _check_events(events)
+    callbacks = _check_callbacks(callbacks)
+    thresholds = StageThresholds() if thresholds is None else thresholds
+    if not isinstance(thresholds, StageThresholds):
+        raise TypeError(
+            "thresholds must be a gradflow.StageThresholds, got "
+            f"{type(thresholds).__name__}"
+        )
+    jdtype = _resolve_dtype(dtype)
+    t1 = _check_positive_finite("t1", t1)
+    max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
+    width = _check_positive_finite("width", width, integer=True)
+    solver_obj, solver_name = _resolve_solver(solver)
+    ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
+    if params is None:
+        init_scale = _check_init_scale(init_scale)
+        params0 = init_params(chain.d, width, init_scale, seed, dtype=jdtype)
+    else:
+        params0 = _check_params(params, chain, jdtype)
+        width = params0.m
+    leaves = [np.ravel(x) for x in jax.tree.leaves(params0)]
+    scale = float(np.sqrt(np.mean(np.concatenate(leaves) ** 2)))
+    default_rtol, default_atol = default_tolerances(jdtype, scale if scale > 0 else 1.0)
+    rtol = default_rtol if rtol is None else _check_positive_finite("rtol", rtol)
+    atol = default_atol if atol is None else _check_positive_finite("atol", atol)
+    if rtol >= 1:
+        raise ValueError(f"rtol must be < 1, got rtol = {rtol}")
+    if save_attention is None:
+        save_attention = chain.d <= MAX_SAVED_ATTENTION_D
+
+    chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
+    levels = entropy_bounds(chain)
+    loss0 = float(_event_info(jnp.asarray(0.0, jdtype), params0, chain_dt)["loss"])
+    n_dir = min(params0.m, chain.d) - 1
+    detector = StageDetector(
+        chain.d,
+        n_dir,
+        t0=0.0,
+        loss0=loss0,
+        log_d=levels["log_d"],
+        unigram=levels["unigram"],
+        thresholds=thresholds,
+        labels=chain.tokens,
+    )
+    args = _FlowArgs(chain_dt, jnp.asarray(np.int64(0)), jnp.asarray(np.int64(0)))
+    condition = _Conditions(thresholds, tuple(e.cond_fn for e in user_events))
+    directions = [True] * len(BUILTIN_EVENTS) + [e.direction for e in user_events]
+    names = list(BUILTIN_EVENTS) + [e.name for e in user_events]
+    n_user = len(user_events)
+    event_arrays: dict[str, list] = {"t": [], "attention": [], "W0": []}
+
+    def on_event(record, t, y, a):
+        info = jax.tree.map(
+            np.asarray, _event_info(jnp.asarray(t, jdtype), y, chain_dt)
+        )
+        if record["index"] < len(BUILTIN_EVENTS):
+            out = detector.fire(record["name"], t, info)
+        else:
+            out = {"name": record["name"], "t": float(t), "loss": float(info["loss"])}
+            detector.events.append(out)
+        record.update(out)
+        event_arrays["t"].append(float(t))
+        event_arrays["attention"].append(info["attention"])
+        event_arrays["W0"].append(np.asarray(y.W0))
+        for fn in callbacks:
+            fn(out, float(t), y)
+        # The conditions read the focus token and direction index from args.
+        new_args = _FlowArgs(
+            chain_dt,
+            jnp.asarray(np.int64(detector.focus_token)),
+            jnp.asarray(np.int64(min(detector.direction_index, max(n_dir - 1, 0)))),
+        )
+        return np.concatenate(
+            [detector.active(), np.ones(n_user, dtype=bool)]
+        ), new_args
+
+    def meter_factory(t_start, t_end):
+        if not progress:
+            return dfx.NoProgressMeter()
+        # (The description is static: one text for all segments, no recompiles.)
+        return DelayedTqdmProgressMeter(description="gradflow")
+
+    sol = solve_with_events(
+        _Field(),
+        params0,
+        args,
+        t0=0.0,
+        t1=t1,
+        ts=ts_np,
+        save_fn=_Save(bool(save_attention)),
+        condition=condition,
+        directions=directions,
+        names=names,
+        active=np.concatenate([detector.active(), np.ones(n_user, dtype=bool)]),
+        on_event=on_event,
+        solver=solver_obj,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        meter_factory=meter_factory,
+    )
+    saved = sol.saved
+    keep = np.isfinite(np.asarray(saved["loss"]))
+    saved = jax.tree.map(lambda x: np.asarray(x)[keep], saved)
+    ts_out = sol.ts[keep]
+    final_info = jax.tree.map(
+        np.asarray, _event_info(jnp.asarray(sol.t_final, jdtype), sol.y_final, chain_dt)
+    )
+    stages = detector.finish(sol.t_final, float(final_info["loss"]), final_info)
+    message = ""
+    if not sol.ok:
+        message = _failure_message(sol.result, sol.t_final, t1, max_steps)
+        if ts_out.size == 0 or sol.t_final > ts_out[-1]:
+            last = jax.tree.map(
+                np.asarray,
+                _save_point(
+                    _Save(bool(save_attention)), sol.t_final, sol.y_final, args
+                ),
+            )
+            saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
+            ts_out = np.append(ts_out, sol.t_final)
+    stats = {
+        "num_steps": sol.num_steps,
+        "num_accepted_steps": sol.num_accepted_steps,
+        "num_rejected_steps": sol.num_rejected_steps,
+        "num_segments": sol.num_segments,
+    }
+    # Solvers that count their own evaluations need their final state, which a
+    # segmented solve does not keep: their count is reported as unknown.
+    if hasattr(solver_obj, "num_grad_evals"):
+        stats["num_grad_evals"] = None
+    else:
+        # Each segment restarts the solver: FSAL methods pay one evaluation and
+        # the initial step selection two more per segment.
+        # (The event conditions' own gradient, one per step and per bisection
+        # iteration, is not counted: this is the vector field's count.)
+        count = _count_grad_evals(solver_obj, stats)
+        if count is not None and isinstance(solver_obj, dfx.AbstractERK):
+            fsal = 1 if solver_obj.tableau.fsal else 0
+            count += (sol.num_segments - 1) * (2 + fsal)
+        stats["num_grad_evals"] = count
+    stats["wall_time"] = time.perf_counter() - start
+    settings = {
+        "width": int(width),
+        "init_scale": None if init_scale is None else float(init_scale),
+        "seed": int(seed),
+        "t1": t1,
+        "solver": solver_name,
+        "rtol": rtol,
+        "atol": atol,
+        "max_steps": max_steps,
+        "dtype": np.dtype(jdtype).name,
+        "num_saves": int(ts_np.size),
+        "thresholds": {
+            k: getattr(thresholds, k)
+            for k in (
+                "escape_speed",
+                "entry_speed",
+                "focus_rate",
+                "direction_rate",
+                "direction_ratio",
+            )
+        },
+        "events": [e.name for e in user_events],
+    }
+    params_saved = saved.pop("params")
+    extras = {
+        k: np.asarray(v) for k, v in saved.items() if k not in ("loss", "grad_norm")
+    }
+    d = chain.d
+    extras["event_t"] = np.asarray(event_arrays["t"], dtype=np.float64)
+    extras["event_attention"] = (
+        np.stack(event_arrays["attention"])
+        if event_arrays["t"]
+        else np.zeros((0, d, d))
+    )
+    extras["event_W0"] = (
+        np.stack(event_arrays["W0"])
+        if event_arrays["t"]
+        else np.zeros((0, params0.m, d))
+    )
+    return Trajectory(
+        ts=ts_out,
+        loss=saved["loss"],
+        grad_norm=saved["grad_norm"],
+        params=params_saved,
+        chain=chain,
+        settings=settings,
+        stats=stats,
+        ok=sol.ok,
+        message=message,
+        stages=tuple(stages),
+        events=tuple(detector.events),
+        extras=extras,
+    )

@@ -1,0 +1,144 @@
+"""`gradflow run` end to end on short runs, and what its trajectory holds.
+
+The runs share one compiled solve (same d, width and number of saves), so the
+module costs one compilation.
+"""
+
+import csv
+
+import numpy as np
+import pytest
+
+import gradflow as gf
+from gradflow.cli import main
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run300")
+    code = main(["run", "--t1", "300", "--out", str(out), "--no-progress"])
+    return code, out
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_cli_short_run_writes_everything(short_run, capsys):
+    code, out = short_run
+    assert code == 0
+    for name in ("trajectory.npz", "stages.csv", "events.csv"):
+        assert (out / name).stat().st_size > 0
+    for stem in ("summary", "embeddings_pca", "attention"):
+        for ext in ("png", "pdf"):
+            assert (out / f"{stem}.{ext}").stat().st_size > 10_000
+    stages = _rows(out / "stages.csv")
+    assert [r["name"] for r in stages] == ["condensation", "focus", "dilution"]
+    assert stages[1]["tokens"] == "0"
+    events = _rows(out / "events.csv")
+    assert [r["name"] for r in events][:2] == ["saddle_escape", "saddle_entry"]
+
+
+def test_cli_trajectory_stages_are_consistent(short_run):
+    _, out = short_run
+    traj = gf.load(out / "trajectory.npz")
+    chain = traj.chain
+    cond, focus, dilution = traj.stages
+    # Condensation ends on the unigram plateau H(pi).
+    assert cond["loss_end"] == pytest.approx(float(chain.unigram_entropy), abs=2e-3)
+    assert focus["t_end"] == dilution["t_start"]
+    # The first focus contains the steepest fall of the attention entropy.
+    t = traj.ts[1:]
+    dH_dt = traj.extras["entropy_rate"][1:] * float(chain.unigram_entropy) / t
+    t_steep = t[np.argmin(dH_dt)]
+    assert focus["t_start"] < t_steep < focus["t_end"]
+    # The focus token's mass peaks at focus_end: it rose before and falls after.
+    k = focus["tokens"][0]
+    mass = traj.extras["att_mass"][:, k]
+    peak = np.interp(focus["t_end"], traj.ts, mass)
+    assert peak > np.interp(focus["t_start"], traj.ts, mass) + 0.1
+    assert peak > np.interp(dilution["t_end"], traj.ts, mass) + 0.02
+    # Event times agree with the detector run on the saved (sampled) curves.
+    ex = traj.extras
+    stages, _ = gf.detect_stages(
+        traj.ts,
+        loss=traj.loss,
+        speed=ex["speed"],
+        entropy_rate=ex["entropy_rate"],
+        mass_rate=ex["mass_rate"],
+        att_mass=ex["att_mass"],
+        sv_rate=ex["sv_rate"],
+        sv_ratio=ex["sv_ratio"],
+        log_d=np.log(chain.d),
+        unigram=float(chain.unigram_entropy),
+    )
+    assert [s["name"] for s in stages] == [s["name"] for s in traj.stages]
+    for a, b in zip(stages, traj.stages, strict=True):
+        assert a["t_start"] == pytest.approx(b["t_start"], rel=0.02)
+        assert a["t_end"] == pytest.approx(b["t_end"], rel=0.02)
+    # dL/dt = -|grad L|^2: the saved speed is t |grad L|^2 over the loss range.
+    loss_range = np.log(chain.d) - float(chain.conditional_entropy)
+    np.testing.assert_allclose(
+        ex["speed"], traj.ts * traj.grad_norm**2 / loss_range, rtol=1e-10
+    )
+
+
+def test_cli_symmetric_chain_has_no_new_direction(tmp_path):
+    # delta = 0: the rare tokens are exactly symmetric and the flow stays on
+    # the degenerate point, so no new direction opens, even by t1 = 20000.
+    code = main(
+        [
+            "run",
+            "--delta",
+            "0",
+            "--t1",
+            "20000",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
+    assert code == 0
+    names = [r["name"] for r in _rows(tmp_path / "stages.csv")]
+    assert names == ["condensation", "focus", "dilution"]
+    traj = gf.load(tmp_path / "trajectory.npz")
+    assert traj.extras["sv_ratio"][-1, 0] < 0.01
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "run" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for option in (
+        "--chain",
+        "--transition-matrix",
+        "--width",
+        "--init-scale",
+        "--t1",
+        "--seed",
+        "--solver",
+        "--rtol",
+        "--atol",
+        "--out",
+    ):
+        assert option in text
+
+
+def test_cli_bad_input(tmp_path, capsys):
+    assert main(["run", "--transition-matrix", str(tmp_path / "none.npy")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    np.save(tmp_path / "P.npy", np.array([[0.5, 0.6], [0.5, 0.5]]))
+    code = main(
+        ["run", "--transition-matrix", str(tmp_path / "P.npy"), "--out", str(tmp_path)]
+    )
+    assert code == 2
+    assert "row 0 of transition matrix P sums to" in capsys.readouterr().err
+    assert main(["run", "--init-scale", "-1", "--out", str(tmp_path)]) == 2
+    assert "init_scale must be finite and > 0, got -1.0" in capsys.readouterr().err
