@@ -13,7 +13,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from . import (  # noqa: E402
-    _theory as theory,
+    _theory as theory,  # noqa: F401
     chains as chains,
     text as text,
 )
