@@ -88,8 +88,10 @@ class _Combined(eqx.Module):
         del kwargs
         user_args, signs = args
         values = jnp.atleast_1d(self.condition(t, y, user_args))
-        terms = jnp.where(signs != 0, signs * values, -1.0)
-        return jnp.maximum(jnp.max(terms), -1.0)
+        terms = jnp.where(signs != 0, signs.astype(values.dtype) * values, -1.0)
+        # float64 whatever the state's dtype: Diffrax compares the value with a
+        # Python 0.0 inside a `lax.cond`, which needs equal types (float32 runs).
+        return jnp.maximum(jnp.max(terms), -1.0).astype(jnp.float64)
 
 
 class _TimeBisection(optx.AbstractRootFinder):

@@ -4,7 +4,7 @@ solved with Diffrax."""
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import diffrax as dfx
@@ -229,68 +229,28 @@ def _solve(
     )
 
 
-def integrate(
-    chain: MarkovChain,
-    init_scale: float | None = None,
-    *,
-    params: Params | None = None,
-    width: int = 16,
-    t1: float = DEFAULT_T1,
-    ts: ArrayLike | Sequence[float] | None = None,
-    seed: int = 0,
-    solver: str | dfx.AbstractSolver | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    progress: bool = True,
-    dtype: str = "float64",
-) -> Trajectory:
-    r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
+class _Setup(eqx.Module):
+    """Everything `integrate` validated and derived, before any compilation."""
 
-    Starts either from a random point (`init_scale`: every entry i.i.d.
-    $\mathcal{N}(0, \text{init\_scale}^2)$, shapes set by `chain.d` and
-    `width`) or from given `params`, and integrates to `t1` with an adaptive
-    Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
-    rate $\eta$ sits at $t = k\eta$.
+    chain: MarkovChain
+    chain_dt: MarkovChain
+    params0: Params
+    ts: np.ndarray
+    t1: float
+    solver: dfx.AbstractSolver
+    rtol: float
+    atol: float
+    max_steps: int
+    dtype: Any
+    settings: dict[str, Any]
+    start: float
 
-    Importing gradflow enables JAX's float64 mode (`jax_enable_x64`); the flow
-    is solved in float64 unless `dtype="float32"`.
 
-    **Arguments:**
-
-    - `chain`: a [`gradflow.MarkovChain`][].
-    - `init_scale`: standard deviation of the random initialisation; give
-      exactly one of `init_scale` and `params`.
-    - `params`: a [`gradflow.Params`][] to start from.
-    - `width`: the embedding width $m$ (ignored when `params` is given).
-    - `t1`: final time.
-    - `ts`: increasing save times in `[0, t1]`; by default
-      [`gradflow.default_save_times`][] (400 log-spaced times and `0`).
-    - `seed`: seed of the random initialisation.
-    - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance.
-    - `rtol`, `atol`: tolerances of the PID step-size controller; by default
-      `1e-8` and `1e-10 * min(1, scale)` in float64, where `scale` is the RMS
-      size of the initial parameters (see [`gradflow.default_tolerances`][]).
-    - `max_steps`: the most solver steps before giving up (partial results are
-      returned, not lost).
-    - `progress`: show a progress bar when the solve takes longer than 2 s.
-    - `dtype`: `"float64"` (default) or `"float32"`.
-
-    **Returns:** a [`gradflow.Trajectory`][]. If the solver stops early,
-    `traj.ok` is `False`, `traj.message` says why and what to change, and the
-    trajectory holds everything up to the last time reached.
-
-    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
-    bad input, before anything is compiled.
-
-    **Example:**
-
-    ```python
-    import gradflow as gf
-    traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
-    traj.loss[-1], traj.chain.conditional_entropy
-    ```
-    """
+def _prepare(
+    chain, init_scale, params, width, t1, ts, seed, solver, rtol, atol, max_steps, dtype
+) -> _Setup:
+    """Validates the arguments of `integrate` (raising a clear error naming the
+    argument and its value) and builds the initial point."""
     start = time.perf_counter()
     if not isinstance(chain, MarkovChain):
         raise TypeError(
@@ -331,20 +291,167 @@ def integrate(
             f"rtol = {rtol:g} is below what float32 can honour (about 1e-6); the "
             "solver may fail to meet it. Use dtype='float64' or rtol >= 1e-6.",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
-    controller = dfx.PIDController(rtol=rtol, atol=atol)
-    meter = DelayedTqdmProgressMeter() if progress else dfx.NoProgressMeter()
+    settings = {
+        "width": int(width),
+        "init_scale": None if init_scale is None else float(init_scale),
+        "seed": int(seed),
+        "t1": t1,
+        "solver": solver_name,
+        "rtol": rtol,
+        "atol": atol,
+        "max_steps": max_steps,
+        "dtype": np.dtype(jdtype).name,
+        "num_saves": int(ts_np.size),
+    }
+    return _Setup(
+        chain=chain,
+        chain_dt=jax.tree.map(lambda x: x.astype(jdtype), chain),
+        params0=params0,
+        ts=ts_np,
+        t1=t1,
+        solver=solver_obj,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        dtype=jdtype,
+        settings=settings,
+        start=start,
+    )
 
+
+def integrate(
+    chain: MarkovChain,
+    init_scale: float | None = None,
+    *,
+    params: Params | None = None,
+    width: int = 16,
+    t1: float = DEFAULT_T1,
+    ts: ArrayLike | Sequence[float] | None = None,
+    seed: int = 0,
+    solver: str | dfx.AbstractSolver | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    progress: bool = True,
+    dtype: str = "float64",
+    stages: bool = True,
+    events: Sequence[Any] = (),
+    callbacks: Sequence[Callable] = (),
+    thresholds: Any = None,
+    save_attention: bool | None = None,
+) -> Trajectory:
+    r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
+
+    Starts either from a random point (`init_scale`: every entry i.i.d.
+    $\mathcal{N}(0, \text{init\_scale}^2)$, shapes set by `chain.d` and
+    `width`) or from given `params`, and integrates to `t1` with an adaptive
+    Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
+    rate $\eta$ sits at $t = k\eta$.
+
+    With `stages=True` (the default) the diagnostics of
+    [`gradflow.diagnostics`][] are saved at every save time (in `traj.extras`),
+    the saddles and stages are located *during* the solve by root finding on
+    the solver's dense output (the solve continues after each event), and
+    `traj.stages`, `traj.events` hold the records (see `docs/stages.md`).
+    `stages=False` solves the bare flow: only loss, $|\nabla L|$ and
+    parameters are saved.
+
+    Importing gradflow enables JAX's float64 mode (`jax_enable_x64`); the flow
+    is solved in float64 unless `dtype="float32"`.
+
+    **Arguments:**
+
+    - `chain`: a [`gradflow.MarkovChain`][].
+    - `init_scale`: standard deviation of the random initialisation; give
+      exactly one of `init_scale` and `params`.
+    - `params`: a [`gradflow.Params`][] to start from.
+    - `width`: the embedding width $m$ (ignored when `params` is given).
+    - `t1`: final time.
+    - `ts`: increasing save times in `[0, t1]`; by default
+      [`gradflow.default_save_times`][] (400 log-spaced times and `0`).
+    - `seed`: seed of the random initialisation.
+    - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance;
+      by default `gradflow.DEFAULT_SOLVER` (see `docs/performance.md`).
+    - `rtol`, `atol`: tolerances of the PID step-size controller; by default
+      [`gradflow.default_tolerances`][], which ties `atol` to the RMS size of
+      the initial parameters (saddle escapes grow from components that small).
+    - `max_steps`: the most solver steps before giving up (partial results are
+      returned, not lost).
+    - `progress`: show a progress bar when the solve takes longer than 2 s.
+    - `dtype`: `"float64"` (default) or `"float32"`.
+    - `stages`: locate saddles and stages while integrating (default `True`).
+    - `events`: user [`gradflow.Event`][]s, located and recorded like the
+      built-in ones (implies `stages=True`).
+    - `callbacks`: Python functions `fn(event, t, params)`, called on the host
+      after every event (implies `stages=True`).
+    - `thresholds`: a [`gradflow.StageThresholds`][] (default thresholds when
+      `None`); `save_attention`: save the `(d, d)` attention matrix at every
+      save time (default: when `d <= 64`).
+
+    **Returns:** a [`gradflow.Trajectory`][]. If the solver stops early,
+    `traj.ok` is `False`, `traj.message` says why and what to change, and the
+    trajectory holds everything up to the last time reached.
+
+    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
+    bad input, before anything is compiled.
+
+    **Example:**
+
+    ```python
+    import gradflow as gf
+    traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
+    traj.loss[-1], traj.chain.conditional_entropy
+    for s in traj.stages:
+        print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
+    ```
+    """
+    setup = _prepare(
+        chain,
+        init_scale,
+        params,
+        width,
+        t1,
+        ts,
+        seed,
+        solver,
+        rtol,
+        atol,
+        max_steps,
+        dtype,
+    )
+    if stages or events or callbacks:
+        from ._integrate_stages import solve_with_stages
+
+        return solve_with_stages(
+            setup,
+            events=events,
+            callbacks=callbacks,
+            thresholds=thresholds,
+            save_attention=save_attention,
+            progress=progress,
+        )
+    return _solve_plain(setup, progress)
+
+
+def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
+    """The bare flow: one Diffrax solve, saving loss, gradient norm and params."""
+    jdtype, t1, max_steps = setup.dtype, setup.t1, setup.max_steps
+    # Tolerances as arrays: a new tolerance (atol follows the initial scale,
+    # so every seed has its own) must not recompile the solve.
+    controller = dfx.PIDController(
+        rtol=jnp.asarray(setup.rtol, jdtype), atol=jnp.asarray(setup.atol, jdtype)
+    )
+    meter = DelayedTqdmProgressMeter() if progress else dfx.NoProgressMeter()
     sol = _solve(
-        solver_obj,
+        setup.solver,
         controller,
-        params0,
-        chain_dt,
+        setup.params0,
+        setup.chain_dt,
         jnp.asarray(0.0, jdtype),
         jnp.asarray(t1, jdtype),
-        jnp.asarray(ts_np, jdtype),
+        jnp.asarray(setup.ts, jdtype),
         max_steps,
         meter,
     )
@@ -366,27 +473,15 @@ def integrate(
             )
             ts_out = np.append(ts_out, t_last)
     stats = {k: int(v) for k, v in sol.stats.items() if np.ndim(v) == 0}
-    stats["num_grad_evals"] = _count_grad_evals(solver_obj, stats, sol.solver_state)
-    stats["wall_time"] = time.perf_counter() - start
-    settings = {
-        "width": int(width),
-        "init_scale": None if init_scale is None else float(init_scale),
-        "seed": int(seed),
-        "t1": t1,
-        "solver": solver_name,
-        "rtol": rtol,
-        "atol": atol,
-        "max_steps": max_steps,
-        "dtype": np.dtype(jdtype).name,
-        "num_saves": int(ts_np.size),
-    }
+    stats["num_grad_evals"] = _count_grad_evals(setup.solver, stats, sol.solver_state)
+    stats["wall_time"] = time.perf_counter() - setup.start
     return Trajectory(
         ts=ts_out,
         loss=observed["loss"],
         grad_norm=observed["grad_norm"],
         params=observed["params"],
-        chain=chain,
-        settings=settings,
+        chain=setup.chain,
+        settings=dict(setup.settings, stages=False),
         stats=stats,
         ok=ok,
         message=message,

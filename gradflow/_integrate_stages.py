@@ -10,26 +10,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike
 
 from ._chain import MarkovChain, entropy_bounds
 from ._diagnostics import diagnostics
 from ._events import Event, solve_with_events
-from ._integrate import (
-    DEFAULT_MAX_STEPS,
-    DEFAULT_T1,
-    GradientFlow,
-    _check_params,
-    _check_positive_finite,
-    _check_ts,
-    _count_grad_evals,
-    _failure_message,
-    _resolve_dtype,
-    _resolve_solver,
-    default_save_times,
-    default_tolerances,
-)
-from ._model import Params, _check_init_scale, init_params
+from ._integrate import GradientFlow, _count_grad_evals, _failure_message, _Setup
+from ._model import Params
 from ._progress import DelayedTqdmProgressMeter
 from ._stages import (
     BUILTIN_EVENTS,
@@ -128,29 +114,31 @@ def _check_callbacks(callbacks) -> tuple[Callable, ...]:
 
 
 def integrate_stages(
-    chain: MarkovChain,
-    init_scale: float | None = None,
+    chain: MarkovChain, init_scale: float | None = None, **kwargs
+) -> Trajectory:
+    """[`gradflow.integrate`][] with `stages=True` (its default): kept as a name
+    for scripts that want to say so explicitly. Takes the same arguments."""
+    if kwargs.get("stages") is False:
+        raise ValueError(
+            "integrate_stages always locates stages; use gf.integrate(..., stages=False)"
+        )
+    kwargs.pop("stages", None)
+    from ._integrate import integrate
+
+    return integrate(chain, init_scale, stages=True, **kwargs)
+
+
+def solve_with_stages(
+    setup: _Setup,
     *,
-    params: Params | None = None,
-    width: int = 16,
-    t1: float = DEFAULT_T1,
-    ts: ArrayLike | Sequence[float] | None = None,
-    seed: int = 0,
-    solver: str | dfx.AbstractSolver | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    progress: bool = True,
-    dtype: str = "float64",
     events: Sequence[Event] = (),
     callbacks: Sequence[Callable] = (),
     thresholds: StageThresholds | None = None,
     save_attention: bool | None = None,
+    progress: bool = True,
 ) -> Trajectory:
-    r"""Solves the population gradient flow and locates its saddles and stages.
-
-    The same flow as [`gradflow.integrate`][] (same arguments, same defaults),
-    with three additions:
+    r"""The flow of a validated [`_Setup`][] with its diagnostics, saddles and
+    stages located while integrating (the body of `integrate(stages=True)`).
 
     - the diagnostics of [`gradflow.diagnostics`][] and the rates of
       [`gradflow.monitor`][] are saved at every save time (`SaveAt(fn=...)`,
@@ -160,44 +148,9 @@ def integrate_stages(
       find on the solver's dense output, and the solve continues after each
       (see [`gradflow.solve_with_events`][]);
     - `traj.stages` and `traj.events` hold the records (dicts); the stages are
-      defined in `docs/stages.md`.
-
-    **Arguments** (beyond those of [`gradflow.integrate`][]):
-
-    - `events`: user [`gradflow.Event`][]s, located and recorded the same way.
-    - `callbacks`: Python functions `fn(event, t, params)`, called on the host
-      after every event (built-in or user) with its record, time and
-      parameters.
-    - `thresholds`: a [`gradflow.StageThresholds`][] (default thresholds when
-      `None`).
-    - `save_attention`: save the `(d, d)` attention matrix at every save time
-      (default: when `d <= 64`). It is saved at every event regardless.
-
-    **Returns:** a [`gradflow.Trajectory`][] with `stages`, `events` and
-    `extras` filled. `extras` holds each diagnostic (one row per save time)
-    and, per event, `event_t`, `event_attention` and `event_W0`.
-
-    **Example:**
-
-    ```python
-    import gradflow as gf
-    traj = gf.integrate_stages(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
-    for s in traj.stages:
-        print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
-    ```
+      defined in `docs/stages.md`. `extras` also holds, per event, `event_t`,
+      `event_attention` and `event_W0`.
     """
-    start = time.perf_counter()
-    if not isinstance(chain, MarkovChain):
-        raise TypeError(
-            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}; "
-            "wrap a transition matrix as gf.MarkovChain(P)"
-        )
-    if (init_scale is None) == (params is None):
-        raise ValueError(
-            "give exactly one of init_scale (random start) and params (given start), "
-            f"got init_scale={init_scale!r} and "
-            f"params={'None' if params is None else '...'}"
-        )
     user_events = _check_events(events)
     callbacks = _check_callbacks(callbacks)
     thresholds = StageThresholds() if thresholds is None else thresholds
@@ -206,29 +159,12 @@ def integrate_stages(
             "thresholds must be a gradflow.StageThresholds, got "
             f"{type(thresholds).__name__}"
         )
-    jdtype = _resolve_dtype(dtype)
-    t1 = _check_positive_finite("t1", t1)
-    max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
-    width = _check_positive_finite("width", width, integer=True)
-    solver_obj, solver_name = _resolve_solver(solver)
-    ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
-    if params is None:
-        init_scale = _check_init_scale(init_scale)
-        params0 = init_params(chain.d, width, init_scale, seed, dtype=jdtype)
-    else:
-        params0 = _check_params(params, chain, jdtype)
-        width = params0.m
-    leaves = [np.ravel(x) for x in jax.tree.leaves(params0)]
-    scale = float(np.sqrt(np.mean(np.concatenate(leaves) ** 2)))
-    default_rtol, default_atol = default_tolerances(jdtype, scale if scale > 0 else 1.0)
-    rtol = default_rtol if rtol is None else _check_positive_finite("rtol", rtol)
-    atol = default_atol if atol is None else _check_positive_finite("atol", atol)
-    if rtol >= 1:
-        raise ValueError(f"rtol must be < 1, got rtol = {rtol}")
+    chain, chain_dt, params0 = setup.chain, setup.chain_dt, setup.params0
+    jdtype, t1, max_steps, ts_np = setup.dtype, setup.t1, setup.max_steps, setup.ts
+    solver_obj = setup.solver
     if save_attention is None:
         save_attention = chain.d <= MAX_SAVED_ATTENTION_D
 
-    chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
     levels = entropy_bounds(chain)
     loss0 = float(_event_info(jnp.asarray(0.0, jdtype), params0, chain_dt)["loss"])
     n_dir = min(params0.m, chain.d) - 1
@@ -294,8 +230,8 @@ def integrate_stages(
         active=np.concatenate([detector.active(), np.ones(n_user, dtype=bool)]),
         on_event=on_event,
         solver=solver_obj,
-        rtol=rtol,
-        atol=atol,
+        rtol=setup.rtol,
+        atol=setup.atol,
         max_steps=max_steps,
         meter_factory=meter_factory,
     )
@@ -339,18 +275,10 @@ def integrate_stages(
             fsal = 1 if solver_obj.tableau.fsal else 0
             count += (sol.num_segments - 1) * (2 + fsal)
         stats["num_grad_evals"] = count
-    stats["wall_time"] = time.perf_counter() - start
+    stats["wall_time"] = time.perf_counter() - setup.start
     settings = {
-        "width": int(width),
-        "init_scale": None if init_scale is None else float(init_scale),
-        "seed": int(seed),
-        "t1": t1,
-        "solver": solver_name,
-        "rtol": rtol,
-        "atol": atol,
-        "max_steps": max_steps,
-        "dtype": np.dtype(jdtype).name,
-        "num_saves": int(ts_np.size),
+        **setup.settings,
+        "stages": True,
         "thresholds": {
             k: getattr(thresholds, k)
             for k in (
