@@ -61,6 +61,7 @@ from ._stages import (  # noqa: E402
     StageThresholds as StageThresholds,
     detect_stages as detect_stages,
     monitor as monitor,
+    stages_from_params as stages_from_params,
 )
 from ._theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,

@@ -43,7 +43,7 @@ def _stage_times(records) -> dict[str, float]:
     out = {}
     for r in records:
         get = r.get if isinstance(r, dict) else lambda k, r=r: getattr(r, k, None)
-        name, cycle, start = get("name"), get("cycle"), get("start")
+        name, cycle, start = get("name"), get("cycle"), get("t_start")
         if name is not None and start is not None:
             out[f"{name}[{cycle}]" if cycle is not None else str(name)] = float(start)
     return out

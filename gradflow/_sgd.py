@@ -406,20 +406,18 @@ def load_sgd(path) -> SGDRun:
 
 
 def _attach_stages(run: SGDRun) -> SGDRun:
-    """MERGE POINT (issue 3): fill `stages`, `events` and `extras` from the
-    diagnostics, exactly as for a `Trajectory`. At merge this becomes
+    """Fills `stages`, `events` and `extras` from the saved iterates, with the
+    same detector as a `Trajectory` ([`gradflow.stages_from_params`][])."""
+    from ._stages import stages_from_params
 
-    ```python
-    diag = jax.vmap(lambda p: gf.diagnostics(p, run.chain))(run.params)
-    stages, events = gf.detect_stages(run.ts, diag, run.chain)
-    return eqx.tree_at(lambda r: (r.stages, r.events, r.extras), run,
-                       (tuple(stages), tuple(events),
-                        {k: np.asarray(v) for k, v in diag.items()}))
-    ```
-
-    Until stage detection exists on this branch it returns the run unchanged.
-    """
-    return run
+    stages, events, curves = stages_from_params(run.ts, run.params, run.chain)
+    extras = dict(run.extras)
+    extras.update({k: v for k, v in curves.items() if k not in ("loss", "grad_norm")})
+    return eqx.tree_at(
+        lambda r: (r.stages, r.events, r.extras),
+        run,
+        (tuple(stages), tuple(events), extras),
+    )
 
 
 # ------------------------------------------------------------------- train_sgd

@@ -495,3 +495,57 @@ __all__ = [
     "detect_stages",
     "monitor",
 ]
+
+
+def stages_from_params(
+    ts,
+    params: Params,
+    chain: MarkovChain,
+    thresholds: StageThresholds | None = None,
+) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
+    r"""Stages of any sequence of saved parameters (a flow, an SGD run, ...).
+
+    Evaluates [`gradflow.diagnostics`][] and [`gradflow.monitor`][] at every
+    saved point (`params` with a leading time axis) and runs
+    [`gradflow.detect_stages`][] on the sampled curves. The rates are those of
+    the population flow at the saved points (exact `jax.jvp` along
+    $-\nabla L$), so for SGD iterates they describe the drift SGD follows on
+    average, not its noise.
+
+    **Returns:** `(stages, events, curves)`: lists of dicts, and the
+    diagnostics and rates as NumPy arrays with a leading time axis.
+    """
+    from ._chain import entropy_bounds
+    from ._diagnostics import diagnostics
+
+    ts_j = jnp.asarray(ts, dtype=jnp.float64)
+    params = jax.tree.map(jnp.asarray, params)
+    chain_dt = jax.tree.map(lambda x: x.astype(params.W0.dtype), chain)
+    ts_j = ts_j.astype(params.W0.dtype)
+
+    @jax.jit
+    def observe(t, p, c):
+        out = diagnostics(p, c)
+        out.update({k: v for k, v in monitor(t, p, c).items() if k not in out})
+        return out
+
+    curves = jax.tree.map(
+        np.asarray, jax.vmap(observe, in_axes=(0, 0, None))(ts_j, params, chain_dt)
+    )
+    levels = entropy_bounds(chain)
+    stages, events = detect_stages(
+        np.asarray(ts, dtype=np.float64),
+        loss=curves["loss"],
+        speed=curves["speed"],
+        entropy_rate=curves["entropy_rate"],
+        mass_rate=curves["mass_rate"],
+        sv_rate=curves["sv_rate"],
+        sv_ratio=curves["sv_ratio"],
+        att_mass=curves["att_mass"],
+        right_sv=curves["right_sv_W0"],
+        log_d=levels["log_d"],
+        unigram=levels["unigram"],
+        thresholds=thresholds,
+        labels=chain.tokens,
+    )
+    return stages, events, curves

@@ -420,3 +420,20 @@ def test_sgd_tracks_flow_on_unseen_chain():
     assert cmp.exact and np.isfinite(cmp.flow_crossings).all()
     assert np.max(cmp.crossing_rel_error) < 0.1
     assert cmp.mean_abs_gap_after < 0.01
+
+
+def test_sgd_run_has_the_flows_stages():
+    """SGD iterates go through the same stage detector as the flow; at context
+    256, batch 512, lr 0.2 the first cycle's stages start at nearly the same
+    times (SGD is a few percent late, see docs/sgd.md)."""
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    p0 = gf.init_params(6, 8, 1e-3, 0)
+    run = gf.train_sgd(chain, p0, context=256, batch_size=512, lr=0.2, t1=250.0, progress=False)
+    traj = gf.integrate(chain, params=p0, t1=250.0, ts=run.ts, progress=False)
+    names = [s["name"] for s in run.stages]
+    assert names[:3] == ["condensation", "focus", "dilution"]
+    assert [s["name"] for s in traj.stages][:3] == names[:3]
+    assert run.stages[1]["tokens"] == traj.stages[1]["tokens"]
+    diffs = gf.compare(traj, run).stage_time_diffs
+    assert {"focus[1]", "dilution[1]"} <= set(diffs)
+    assert abs(diffs["focus[1]"]) < 0.1 * traj.stages[1]["t_start"]
