@@ -1,0 +1,211 @@
+"""Tests of gradflow.solvers: order of convergence (like diffrax's test_ode_order),
+the W-property (order kept with an inexact Jacobian), dense output and events,
+and agreement with a tight reference on the gradient flow."""
+
+import diffrax as dfx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+import gradflow as gf
+from gradflow._integrate import _count_grad_evals, _count_hvps
+
+
+_A = jnp.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+
+
+def _potential(y):
+    return 0.5 * y @ _A @ y + 0.25 * jnp.sum(y**4) + jnp.sin(y[0] * y[1])
+
+
+def _gradient_flow(t, y, args):
+    del t, args
+    return -jax.grad(_potential)(y)
+
+
+def _nonsymmetric(t, y, args):
+    # Not a gradient flow, and time-dependent: the symmetrised Jacobian is a
+    # genuinely inexact W, so only the W-property keeps the order.
+    del args
+    return jnp.stack(
+        [
+            y[1] - 0.5 * y[0] ** 3,
+            -2.0 * y[0] - 0.3 * y[1] + jnp.sin(t) * y[2],
+            -y[2] + y[0] * y[1],
+        ]
+    )
+
+
+_Y0 = jnp.array([1.0, -0.5, 0.8])
+
+
+def _order_slope(solver, vf, dts, t1=2.0):
+    term = dfx.ODETerm(vf)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        t1,
+        0.01,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-13, atol=1e-13),
+        max_steps=100_000,
+    ).ys[-1]
+    errors = []
+    for dt in dts:
+        # dt as an array: one compilation for all step sizes.
+        y1 = dfx.diffeqsolve(
+            term, solver, 0.0, t1, jnp.asarray(dt), _Y0, max_steps=1000
+        ).ys[-1]
+        errors.append(float(jnp.linalg.norm(y1 - ref)))
+    return np.polyfit(np.log(dts), np.log(errors), 1)[0]
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [
+        gf.solvers.ROS34PW2(),
+        gf.solvers.ROS2(),
+        # W computed once at t0 and never refreshed, or only the top eigenpair:
+        # inexact W-matrices that a W-method must tolerate without losing order.
+        gf.solvers.ROS34PW2(refresh_every=10**9, jacobian_tol=1e30),
+        gf.solvers.ROS34PW2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
+        gf.solvers.ROS2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
+    ],
+    ids=["ros34pw2", "ros2", "ros34pw2-frozen", "ros34pw2-rank1", "ros2-rank1"],
+)
+@pytest.mark.parametrize("vf", [_gradient_flow, _nonsymmetric], ids=["grad", "nonsym"])
+def test_ode_order(solver, vf):
+    dts = [0.04, 0.02, 0.01, 0.005]
+    slope = _order_slope(solver, vf, dts)
+    order = solver.order(None)
+    assert slope > order - 0.25, f"observed order {slope:.3f}, expected {order}"
+
+
+def test_adaptive_and_dense_output():
+    # Adaptive steps with the embedded estimate; SaveAt(ts) between steps uses
+    # the cubic Hermite interpolation.
+    term = dfx.ODETerm(_gradient_flow)
+    ts = jnp.linspace(0.0, 3.0, 41)
+    kwargs = dict(saveat=dfx.SaveAt(ts=ts), max_steps=100_000)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        3.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-12),
+        **kwargs,
+    )
+    sol = dfx.diffeqsolve(
+        term,
+        gf.solvers.ROS34PW2(),
+        0.0,
+        3.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-8),
+        **kwargs,
+    )
+    assert sol.result == dfx.RESULTS.successful
+    # Dense output is third order: far below the step's size, near the tolerance.
+    np.testing.assert_allclose(sol.ys, ref.ys, atol=1e-6)
+
+
+def test_event_root_finding():
+    # Time at which |y| first falls below 0.3, located by a diffrax Event on
+    # the solver's interpolation.
+    term = dfx.ODETerm(_gradient_flow)
+
+    def cond_fn(t, y, args, **kwargs):
+        return jnp.linalg.norm(y) - 0.3
+
+    event = dfx.Event(cond_fn, root_finder=optx.Newton(1e-10, 1e-10))
+    kwargs = dict(event=event, max_steps=100_000)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        10.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-12),
+        **kwargs,
+    )
+    sol = dfx.diffeqsolve(
+        term,
+        gf.solvers.ROS34PW2(),
+        0.0,
+        10.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-8),
+        **kwargs,
+    )
+    t_ref, t_sol = float(ref.ts[-1]), float(sol.ts[-1])
+    assert 0.1 < t_ref < 10.0
+    assert abs(t_sol - t_ref) < 1e-5 * t_ref
+
+
+def test_gradient_flow_agrees_with_tight_reference():
+    # Past the first drop of the sticky chain (log d -> H(pi) -> next plateau).
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, 60)])
+    common = dict(width=8, seed=0, t1=200.0, ts=ts, progress=False)
+    ref = gf.integrate(chain, 1e-3, solver="tsit5", rtol=1e-11, atol=1e-14, **common)
+    traj = gf.integrate(chain, 1e-3, solver="ros34pw2", rtol=1e-7, atol=1e-10, **common)
+    assert ref.ok and traj.ok
+    assert ref.loss[-1] < 1.4  # the run does pass the first drops
+    np.testing.assert_allclose(traj.loss, ref.loss, atol=1e-6)
+    for a, b in zip(
+        jax.tree.leaves(traj.params[-1]), jax.tree.leaves(ref.params[-1]), strict=True
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    stats = traj.stats
+    assert stats["num_grad_evals"] == 4 * stats["num_steps"] + 3
+
+
+def test_counts():
+    term = dfx.ODETerm(_gradient_flow)
+    solver = gf.solvers.ROS34PW2()
+    sol = dfx.diffeqsolve(
+        term,
+        solver,
+        0.0,
+        1.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-6, atol=1e-6),
+        saveat=dfx.SaveAt(t1=True, solver_state=True),
+    )
+    stats = {k: int(v) for k, v in sol.stats.items()}
+    assert (
+        _count_grad_evals(solver, stats, sol.solver_state) == 4 * stats["num_steps"] + 3
+    )
+    hvps = _count_hvps(solver, sol.solver_state)
+    # At least one full Jacobian (3 JVPs) and one JVP per accepted step.
+    assert hvps >= 3 + stats["num_accepted_steps"]
+    assert _count_hvps(dfx.Tsit5(), None) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rank=0), "rank must be None or an integer >= 1, got 0"),
+        (dict(rank=2.5), "rank must be None or an integer >= 1, got 2.5"),
+        (dict(refresh_every=0), "refresh_every must be an integer >= 1, got 0"),
+        (dict(jacobian_tol=-1.0), r"jacobian_tol must be > 0, got -1.0"),
+        (dict(power_iterations=-1), "power_iterations must be an integer >= 0, got -1"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gf.solvers.ROS34PW2(**kwargs)
+
+
+def test_registry():
+    assert gf.SOLVERS["ros34pw2"] is gf.solvers.ROS34PW2
+    assert gf.SOLVERS["ros2"] is gf.solvers.ROS2
