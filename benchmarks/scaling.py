@@ -126,10 +126,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-d", type=int, default=512)
     parser.add_argument("--skip-cycle", action="store_true")
+    parser.add_argument(
+        "--d", type=int, action="append", help="only these d (repeatable)"
+    )
     args = parser.parse_args(argv)
     ds = [d for d in (8, 32, 128, 512, 2048) if d <= args.max_d]
+    if args.d:
+        ds = args.d
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, float64")
     grad_table(ds, (8, 32, 128))
+    if args.d:
+        return
     if not args.skip_cycle:
         sizes = [
             (d, m)

@@ -230,6 +230,8 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         )
 
     def step(self, terms, t0, t1, y0, args, solver_state: RosenbrockWState, made_jump):
+        # Coefficients enter as Python floats (weakly typed), so float32 states
+        # stay float32 under strict dtype promotion.
         tab = self.tableau
         x0, unravel = ravel_pytree(y0)
         h = terms.contr(t0, t1)
@@ -258,13 +260,13 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
                 xi = x0
                 for j in range(i):
                     if tab.alpha[i, j] != 0:
-                        xi = xi + tab.alpha[i, j] * ks[j]
-                fi = f(t0 + tab.c[i] * h, xi)
+                        xi = xi + float(tab.alpha[i, j]) * ks[j]
+                fi = f(t0 + float(tab.c[i]) * h, xi)
             fhat = V.T @ fi
             ghat = jnp.zeros_like(mu)
             for j in range(i):
                 if tab.gamma_lower[i, j] != 0:
-                    ghat = ghat + tab.gamma_lower[i, j] * khat[j]
+                    ghat = ghat + float(tab.gamma_lower[i, j]) * khat[j]
             # right-hand side h f_i + h W g_i, in eigen-coordinates: h fhat + h mu ghat
             rhat = h * fhat + h * mu * ghat
             coeff = h * mu * ghat + shift * rhat
@@ -273,8 +275,8 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         x1 = x0
         err = jnp.zeros_like(x0)
         for i in range(tab.num_stages):
-            x1 = x1 + tab.b[i] * ks[i]
-            e = tab.b[i] - tab.b_hat[i]
+            x1 = x1 + float(tab.b[i]) * ks[i]
+            e = float(tab.b[i] - tab.b_hat[i])
             if e != 0:
                 err = err + e * ks[i]
         # f(y1) and one Jacobian-vector product J(y1) u in one pass: a step of
