@@ -17,7 +17,8 @@ _A = jnp.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
 
 
 def _potential(y):
-    return 0.5 * y @ _A @ y + 0.25 * jnp.sum(y**4) + jnp.sin(y[0] * y[1])
+    A = _A.astype(y.dtype)
+    return 0.5 * y @ A @ y + 0.25 * jnp.sum(y**4) + jnp.sin(y[0] * y[1])
 
 
 def _gradient_flow(t, y, args):
