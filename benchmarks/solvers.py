@@ -7,8 +7,9 @@ Hessian-vector products, and accuracy against a tight-tolerance reference
 (the times at which the loss crosses the midpoints of its drops, the final loss
 and the final parameters).
 
-    python benchmarks/solvers.py --quick        # sticky scenario only, < 3 min
-    python benchmarks/solvers.py                # all scenarios and baselines
+    python benchmarks/solvers.py --quick        # sticky, main rows, about 3 min
+    python benchmarks/solvers.py                # sticky, all baselines, ~7 min
+    python benchmarks/solvers.py --scenario random16 --scenario big   # unmeasured
 
 The tight reference (Diffrax Tsit5, rtol 1e-10, atol 1e-13) is cached in
 `--cache` (default `~/.cache/gradflow-bench`).
@@ -536,7 +537,9 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)  # for the fast rows
-    names = args.scenario or (["sticky"] if args.quick else ["sticky", "random16"])
+    # random16 and big are offered but were not measured (their tight Tsit5
+    # references alone take over 6 minutes on the development machine).
+    names = args.scenario or ["sticky"]
     makers = {
         "sticky": sticky_scenario,
         "random16": random_scenario,
