@@ -12,7 +12,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import chains as chains, solvers as solvers  # noqa: E402
+from . import (  # noqa: E402
+    chains as chains,
+    solvers as solvers,
+)
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
