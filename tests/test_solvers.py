@@ -257,3 +257,25 @@ def test_float32():
     )
     assert sol.result == dfx.RESULTS.successful
     assert sol.ys.dtype == jnp.float32
+
+
+@pytest.mark.slow
+def test_default_path_full_sticky_scenario():
+    # Issue 4's accuracy contract on its scenario (t1 = 20000, five drops):
+    # drop-crossing times within 0.5 % and final loss within 1e-6 of Tsit5 at
+    # rtol 1e-10. About 2 minutes (the reference is stiff for Tsit5).
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    ts = np.concatenate([[0.0], np.geomspace(0.2, 20_000.0, 1999)])
+    common = dict(width=8, seed=0, t1=20_000.0, ts=ts, progress=False)
+    ref = gf.integrate(chain, 1e-3, solver="tsit5", rtol=1e-10, atol=1e-13, **common)
+    traj = gf.integrate(chain, 1e-3, **common)
+    assert ref.ok and traj.ok
+    # Plateaus of the reference: log 6, H(pi), and the later ones it reaches.
+    plateaus = [np.log(6.0), float(chain.unigram_entropy), 1.3665, 1.2975, 1.1194]
+    assert abs(ref.loss[-1] - float(chain.conditional_entropy)) < 1e-6
+    for a, b in zip(plateaus[:-1], plateaus[1:], strict=True):
+        level = 0.5 * (a + b)
+        t_ref = _crossing_time(ts[1:], ref.loss[1:], level)
+        t_def = _crossing_time(ts[1:], traj.loss[1:], level)
+        assert abs(t_def / t_ref - 1) < 5e-3, (level, t_def, t_ref)
+    assert abs(traj.loss[-1] - ref.loss[-1]) < 1e-6
