@@ -12,6 +12,10 @@
 #   solvers-quick.md   the quick solver table (sticky scenario), float64
 #   scaling-grad.md    time per gradient / HVP for d = 8 ... 2048, float64
 #   env.txt            versions and the GPU
+# Risk: the sticky scenario is tiny (224 parameters), so on a GPU each Tsit5
+# step is kernel-launch bound; the tight reference (about 700,000 Tsit5 steps)
+# and the Tsit5 baseline may not finish inside the 330 s given to them. The
+# scaling table (large d) is the part where the GPU should shine.
 # Float32: gradflow.integrate(dtype="float32") works on GPU, but the benchmark
 # tables are float64 only (the tight reference needs it); a float32 table is
 # still to be written.
