@@ -15,6 +15,7 @@ jax.config.update("jax_enable_x64", True)
 from . import (  # noqa: E402
     _theory as theory,  # noqa: F401
     chains as chains,
+    solvers as solvers,
     text as text,
 )
 from ._chain import (  # noqa: E402

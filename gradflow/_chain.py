@@ -27,7 +27,9 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
     try:
         array = np.asarray(P)
     except Exception as e:  # ragged lists and the like
-        raise ValueError(f"transition matrix P could not be read as an array: {e}") from None
+        raise ValueError(
+            f"transition matrix P could not be read as an array: {e}"
+        ) from None
     if array.dtype == object or array.dtype.kind in "USV":
         raise TypeError(
             "transition matrix P must hold real numbers, got an array of dtype "

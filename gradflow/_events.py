@@ -179,6 +179,7 @@ def _segment(
     saveat = dfx.SaveAt(
         subs=[dfx.SubSaveAt(ts=ts, fn=save_args_fn), dfx.SubSaveAt(t1=True)],
         controller_state=True,
+        solver_state=True,
     )
     return dfx.diffeqsolve(
         term,
@@ -237,6 +238,7 @@ class SegmentedSolution(eqx.Module):
     num_rejected_steps: int
     num_segments: int
     wall_time: float
+    counts: dict = eqx.field(default_factory=dict)
 
 
 def solve_with_events(
@@ -259,6 +261,7 @@ def solve_with_events(
     max_steps: int = 1_000_000,
     max_events: int = 10_000,
     meter_factory: Callable | None = None,
+    counters: Callable | None = None,
     root_rtol: float = 1e-13,
     root_atol: float = 1e-13,
 ) -> SegmentedSolution:
@@ -289,6 +292,9 @@ def solve_with_events(
     - `solver`, `rtol`, `atol`, `max_steps`: as in Diffrax. `max_steps` caps
       each segment and, checked between segments, all segments together.
     - `max_events`: a guard against a condition that chatters.
+    - `counters`: `fn(segment_stats, final_solver_state) -> dict[str, int]`,
+      called after each segment; the values are summed over segments into
+      `counts` (`None` values make the sum `None`: unknown).
     - `meter_factory`: called with `(t_start, t1)`, returns a Diffrax progress
       meter for a segment.
     - `root_rtol`, `root_atol`: the bisection that locates each event time on
@@ -366,6 +372,7 @@ def solve_with_events(
     )
     saved_chunks, ts_chunks, events = [], [], []
     steps = accepted = rejected = segments = 0
+    counts: dict = {}
     result = dfx.RESULTS.successful
     ok = False
     while True:
@@ -397,6 +404,11 @@ def solve_with_events(
         )
         segments += 1
         steps += int(sol.stats["num_steps"])
+        if counters is not None:
+            seg_stats = {k: int(v) for k, v in sol.stats.items() if np.ndim(v) == 0}
+            for key, value in counters(seg_stats, sol.solver_state).items():
+                prev = counts.get(key, 0)
+                counts[key] = None if value is None or prev is None else prev + value
         accepted += int(sol.stats["num_accepted_steps"])
         rejected += int(sol.stats["num_rejected_steps"])
         t_end = float(np.asarray(sol.ts[1])[0])
@@ -455,6 +467,7 @@ def solve_with_events(
         num_accepted_steps=accepted,
         num_rejected_steps=rejected,
         num_segments=segments,
+        counts=counts,
         wall_time=time.perf_counter() - start,
     )
 

@@ -14,7 +14,13 @@ import numpy as np
 from ._chain import MarkovChain, entropy_bounds
 from ._diagnostics import diagnostics
 from ._events import Event, solve_with_events
-from ._integrate import GradientFlow, _count_grad_evals, _failure_message, _Setup
+from ._integrate import (
+    GradientFlow,
+    _count_grad_evals,
+    _count_hvps,
+    _failure_message,
+    _Setup,
+)
 from ._model import Params
 from ._progress import DelayedTqdmProgressMeter
 from ._stages import (
@@ -234,6 +240,10 @@ def solve_with_stages(
         atol=setup.atol,
         max_steps=max_steps,
         meter_factory=meter_factory,
+        counters=lambda seg_stats, solver_state: {
+            "num_grad_evals": _count_grad_evals(solver_obj, seg_stats, solver_state),
+            "num_hvps": _count_hvps(solver_obj, solver_state),
+        },
     )
     saved = sol.saved
     keep = np.isfinite(np.asarray(saved["loss"]))
@@ -261,20 +271,10 @@ def solve_with_stages(
         "num_rejected_steps": sol.num_rejected_steps,
         "num_segments": sol.num_segments,
     }
-    # Solvers that count their own evaluations need their final state, which a
-    # segmented solve does not keep: their count is reported as unknown.
-    if hasattr(solver_obj, "num_grad_evals"):
-        stats["num_grad_evals"] = None
-    else:
-        # Each segment restarts the solver: FSAL methods pay one evaluation and
-        # the initial step selection two more per segment.
-        # (The event conditions' own gradient, one per step and per bisection
-        # iteration, is not counted: this is the vector field's count.)
-        count = _count_grad_evals(solver_obj, stats)
-        if count is not None and isinstance(solver_obj, dfx.AbstractERK):
-            fsal = 1 if solver_obj.tableau.fsal else 0
-            count += (sol.num_segments - 1) * (2 + fsal)
-        stats["num_grad_evals"] = count
+    # Counted per segment (each segment restarts the solver) and summed. The
+    # event conditions' own gradients (one per step and per bisection
+    # iteration) are not counted: this is the vector field's count.
+    stats.update(sol.counts)
     stats["wall_time"] = time.perf_counter() - setup.start
     settings = {
         **setup.settings,

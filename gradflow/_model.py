@@ -120,7 +120,9 @@ def _check_init_scale(init_scale) -> float:
     try:
         value = float(init_scale)
     except (TypeError, ValueError):
-        raise TypeError(f"init_scale must be a positive number, got {init_scale!r}") from None
+        raise TypeError(
+            f"init_scale must be a positive number, got {init_scale!r}"
+        ) from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"init_scale must be finite and > 0, got {init_scale!r}")
     return value

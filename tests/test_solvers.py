@@ -1,0 +1,281 @@
+"""Tests of gradflow.solvers: order of convergence (like diffrax's test_ode_order),
+the W-property (order kept with an inexact Jacobian), dense output and events,
+and agreement with a tight reference on the gradient flow."""
+
+import diffrax as dfx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+import gradflow as gf
+from gradflow._integrate import _count_grad_evals, _count_hvps
+
+
+_A = jnp.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+
+
+def _potential(y):
+    A = _A.astype(y.dtype)
+    return 0.5 * y @ A @ y + 0.25 * jnp.sum(y**4) + jnp.sin(y[0] * y[1])
+
+
+def _gradient_flow(t, y, args):
+    del t, args
+    return -jax.grad(_potential)(y)
+
+
+def _nonsymmetric(t, y, args):
+    # Not a gradient flow, and time-dependent: the symmetrised Jacobian is a
+    # genuinely inexact W, so only the W-property keeps the order.
+    del args
+    return jnp.stack(
+        [
+            y[1] - 0.5 * y[0] ** 3,
+            -2.0 * y[0] - 0.3 * y[1] + jnp.sin(t) * y[2],
+            -y[2] + y[0] * y[1],
+        ]
+    )
+
+
+_Y0 = jnp.array([1.0, -0.5, 0.8])
+
+
+def _order_slope(solver, vf, dts, t1=2.0):
+    term = dfx.ODETerm(vf)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        t1,
+        0.01,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-13, atol=1e-13),
+        max_steps=100_000,
+    ).ys[-1]
+    errors = []
+    for dt in dts:
+        # dt as an array: one compilation for all step sizes.
+        y1 = dfx.diffeqsolve(
+            term, solver, 0.0, t1, jnp.asarray(dt), _Y0, max_steps=1000
+        ).ys[-1]
+        errors.append(float(jnp.linalg.norm(y1 - ref)))
+    return np.polyfit(np.log(dts), np.log(errors), 1)[0]
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [
+        gf.solvers.ROS34PW2(),
+        gf.solvers.ROS2(),
+        # W computed once at t0 and never refreshed, or only the top eigenpair:
+        # inexact W-matrices that a W-method must tolerate without losing order.
+        gf.solvers.ROS34PW2(refresh_every=10**9, jacobian_tol=1e30),
+        gf.solvers.ROS34PW2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
+        gf.solvers.ROS2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
+    ],
+    ids=["ros34pw2", "ros2", "ros34pw2-frozen", "ros34pw2-rank1", "ros2-rank1"],
+)
+@pytest.mark.parametrize("vf", [_gradient_flow, _nonsymmetric], ids=["grad", "nonsym"])
+def test_ode_order(solver, vf):
+    dts = [0.04, 0.02, 0.01, 0.005]
+    slope = _order_slope(solver, vf, dts)
+    order = solver.order(None)
+    assert slope > order - 0.25, f"observed order {slope:.3f}, expected {order}"
+
+
+def test_adaptive_and_dense_output():
+    # Adaptive steps with the embedded estimate; SaveAt(ts) between steps uses
+    # the cubic Hermite interpolation.
+    term = dfx.ODETerm(_gradient_flow)
+    ts = jnp.linspace(0.0, 3.0, 41)
+    kwargs = dict(saveat=dfx.SaveAt(ts=ts), max_steps=100_000)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        3.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-12),
+        **kwargs,
+    )
+    sol = dfx.diffeqsolve(
+        term,
+        gf.solvers.ROS34PW2(),
+        0.0,
+        3.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-8),
+        **kwargs,
+    )
+    assert sol.result == dfx.RESULTS.successful
+    # Dense output is third order: far below the step's size, near the tolerance.
+    np.testing.assert_allclose(sol.ys, ref.ys, atol=1e-6)
+
+
+def test_event_root_finding():
+    # Time at which |y| first falls below 0.3, located by a diffrax Event on
+    # the solver's interpolation.
+    term = dfx.ODETerm(_gradient_flow)
+
+    def cond_fn(t, y, args, **kwargs):
+        return jnp.linalg.norm(y) - 0.3
+
+    event = dfx.Event(cond_fn, root_finder=optx.Newton(1e-10, 1e-10))
+    kwargs = dict(event=event, max_steps=100_000)
+    ref = dfx.diffeqsolve(
+        term,
+        dfx.Tsit5(),
+        0.0,
+        10.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-12),
+        **kwargs,
+    )
+    sol = dfx.diffeqsolve(
+        term,
+        gf.solvers.ROS34PW2(),
+        0.0,
+        10.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-8),
+        **kwargs,
+    )
+    t_ref, t_sol = float(ref.ts[-1]), float(sol.ts[-1])
+    assert 0.1 < t_ref < 10.0
+    assert abs(t_sol - t_ref) < 1e-5 * t_ref
+
+
+def _crossing_time(ts, loss, level):
+    k = int(np.flatnonzero(loss < level)[0])
+    a, b = np.log(ts[k - 1]), np.log(ts[k])
+    return float(np.exp(a + (loss[k - 1] - level) / (loss[k - 1] - loss[k]) * (b - a)))
+
+
+def test_default_path_agrees_with_tight_reference():
+    # The default solver and tolerances of integrate, through the first two
+    # drops of the sticky chain (log 6 -> H(pi) -> next plateau), against Tsit5
+    # at rtol 1e-11: the accuracy contract of issue 4 (drop times within 0.5 %,
+    # final loss within 1e-6).
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, 300)])
+    common = dict(width=8, seed=0, t1=200.0, ts=ts, progress=False)
+    ref = gf.integrate(chain, 1e-3, solver="tsit5", rtol=1e-11, atol=1e-14, **common)
+    traj = gf.integrate(chain, 1e-3, **common)
+    assert traj.settings["solver"] == gf.DEFAULT_SOLVER == "ros34pw2"
+    assert ref.ok and traj.ok
+    h_pi = float(chain.unigram_entropy)
+    assert ref.loss[-1] < h_pi - 0.1  # the run does pass both drops
+    for level in (0.5 * (np.log(6.0) + h_pi), 0.5 * (h_pi + ref.loss[-1])):
+        t_ref = _crossing_time(ts[1:], ref.loss[1:], level)
+        t_def = _crossing_time(ts[1:], traj.loss[1:], level)
+        assert abs(t_def / t_ref - 1) < 5e-3, (level, t_def, t_ref)
+    assert abs(traj.loss[-1] - ref.loss[-1]) < 1e-6
+    stats = traj.stats
+    assert stats["num_grad_evals"] == 4 * stats["num_steps"] + 2
+
+
+def test_default_tolerances():
+    rtol, atol = gf.default_tolerances(jnp.float64, 1e-3)
+    assert (rtol, atol) == gf.default_tolerances(jnp.float64, 1e-3, "ros34pw2")
+    assert rtol == 1e-5 and np.isclose(atol, 1e-10)
+    assert gf.default_tolerances(jnp.float64, 1e-3, "tsit5")[0] == 1e-8
+    assert gf.default_tolerances(jnp.float64, 1e-3, gf.solvers.ROS2())[0] == 1e-5
+
+
+def test_counts():
+    # Count vector-field evaluations with a host callback inside the field.
+    calls = [0]
+
+    def bump():
+        calls[0] += 1
+
+    def counted_flow(t, y, args):
+        jax.debug.callback(bump)
+        return _gradient_flow(t, y, args)
+
+    # W computed once (at the first step): one extra evaluation, the primal of
+    # its Jacobian-vector products, which is HVP work.
+    solver = gf.solvers.ROS34PW2(refresh_every=10**9, jacobian_tol=1e30)
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(counted_flow),
+        solver,
+        0.0,
+        1.0,
+        None,
+        _Y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-6, atol=1e-6),
+        saveat=dfx.SaveAt(t1=True, solver_state=True),
+    )
+    jax.block_until_ready(sol.ys)
+    stats = {k: int(v) for k, v in sol.stats.items()}
+    grads = _count_grad_evals(solver, stats, sol.solver_state)
+    assert grads == 4 * stats["num_steps"] + 2
+    assert calls[0] == grads + int(sol.solver_state.num_refreshes) == grads + 1
+    hvps = _count_hvps(solver, sol.solver_state)
+    # One full Jacobian (3 JVPs) and one JVP per accepted step.
+    assert hvps == 3 + stats["num_accepted_steps"]
+    assert _count_hvps(dfx.Tsit5(), None) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rank=0), "rank must be None or an integer >= 1, got 0"),
+        (dict(rank=2.5), "rank must be None or an integer >= 1, got 2.5"),
+        (dict(refresh_every=0), "refresh_every must be an integer >= 1, got 0"),
+        (dict(jacobian_tol=-1.0), r"jacobian_tol must be > 0, got -1.0"),
+        (dict(power_iterations=-1), "power_iterations must be an integer >= 0, got -1"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gf.solvers.ROS34PW2(**kwargs)
+
+
+def test_registry():
+    assert gf.SOLVERS["ros34pw2"] is gf.solvers.ROS34PW2
+    assert gf.SOLVERS["ros2"] is gf.solvers.ROS2
+
+
+def test_float32():
+    # Under strict dtype promotion (conftest) a float32 state stays float32.
+    y0 = _Y0.astype(jnp.float32)
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(_gradient_flow),
+        gf.solvers.ROS34PW2(),
+        jnp.float32(0.0),
+        jnp.float32(1.0),
+        None,
+        y0,
+        stepsize_controller=dfx.PIDController(rtol=1e-4, atol=1e-6),
+    )
+    assert sol.result == dfx.RESULTS.successful
+    assert sol.ys.dtype == jnp.float32
+
+
+@pytest.mark.slow
+def test_default_path_full_sticky_scenario():
+    # Issue 4's accuracy contract on its scenario (t1 = 20000, five drops):
+    # drop-crossing times within 0.5 % and final loss within 1e-6 of Tsit5 at
+    # rtol 1e-10. About 2 minutes (the reference is stiff for Tsit5).
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    ts = np.concatenate([[0.0], np.geomspace(0.2, 20_000.0, 1999)])
+    common = dict(width=8, seed=0, t1=20_000.0, ts=ts, progress=False)
+    ref = gf.integrate(chain, 1e-3, solver="tsit5", rtol=1e-10, atol=1e-13, **common)
+    traj = gf.integrate(chain, 1e-3, **common)
+    assert ref.ok and traj.ok
+    # Plateaus of the reference: log 6, H(pi), and the later ones it reaches.
+    plateaus = [np.log(6.0), float(chain.unigram_entropy), 1.3665, 1.2975, 1.1194]
+    assert abs(ref.loss[-1] - float(chain.conditional_entropy)) < 1e-6
+    for a, b in zip(plateaus[:-1], plateaus[1:], strict=True):
+        level = 0.5 * (a + b)
+        t_ref = _crossing_time(ts[1:], ref.loss[1:], level)
+        t_def = _crossing_time(ts[1:], traj.loss[1:], level)
+        assert abs(t_def / t_ref - 1) < 5e-3, (level, t_def, t_ref)
+    assert abs(traj.loss[-1] - ref.loss[-1]) < 1e-6
