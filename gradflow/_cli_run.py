@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._cli_sgd import add_text_arguments, chain_from_text_args
+
 
 DEFAULTS = {
     "chain": "sticky",
@@ -97,6 +99,7 @@ def register(subparsers) -> None:
     g.add_argument(
         "--chain-seed", type=int, default=0, help="random: seed of the chain"
     )
+    add_text_arguments(p)
     g = p.add_argument_group("flow")
     g.add_argument(
         "--width", type=int, default=DEFAULTS["width"], help="embedding width m"
@@ -136,6 +139,12 @@ def register(subparsers) -> None:
 def _chain(args):
     import gradflow as gf
 
+    text_chain = chain_from_text_args(args)
+    if text_chain is not None:
+        return text_chain, (
+            f"bigram chain of {args.text} ({args.level} level, vocab_size "
+            f"{args.vocab_size}, smoothing {args.smoothing})"
+        )
     if args.transition_matrix is not None:
         path = args.transition_matrix
         if not path.exists():

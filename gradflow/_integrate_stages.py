@@ -1,6 +1,7 @@
 r"""`gradflow.integrate_stages`: the flow solved with its diagnostics, saddles and
 stages located while integrating."""
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from ._integrate import (
     _Setup,
 )
 from ._model import Params
-from ._progress import DelayedTqdmProgressMeter
+from ._progress import DelayedTqdmProgressMeter, shared_progress_bar
 from ._stages import (
     BUILTIN_EVENTS,
     StageDetector,
@@ -219,32 +220,37 @@ def solve_with_stages(
     def meter_factory(t_start, t_end):
         if not progress:
             return dfx.NoProgressMeter()
-        # (The description is static: one text for all segments, no recompiles.)
-        return DelayedTqdmProgressMeter(description="gradflow")
+        # One bar for all segments (shared_progress_bar); the start fraction is
+        # an array, so a new segment does not recompile.
+        return DelayedTqdmProgressMeter(start_fraction=np.asarray(t_start / t1, float))
 
-    sol = solve_with_events(
-        _Field(),
-        params0,
-        args,
-        t0=0.0,
-        t1=t1,
-        ts=ts_np,
-        save_fn=_Save(bool(save_attention)),
-        condition=condition,
-        directions=directions,
-        names=names,
-        active=np.concatenate([detector.active(), np.ones(n_user, dtype=bool)]),
-        on_event=on_event,
-        solver=solver_obj,
-        rtol=setup.rtol,
-        atol=setup.atol,
-        max_steps=max_steps,
-        meter_factory=meter_factory,
-        counters=lambda seg_stats, solver_state: {
-            "num_grad_evals": _count_grad_evals(solver_obj, seg_stats, solver_state),
-            "num_hvps": _count_hvps(solver_obj, solver_state),
-        },
-    )
+    bar = shared_progress_bar() if progress else contextlib.nullcontext()
+    with bar:
+        sol = solve_with_events(
+            _Field(),
+            params0,
+            args,
+            t0=0.0,
+            t1=t1,
+            ts=ts_np,
+            save_fn=_Save(bool(save_attention)),
+            condition=condition,
+            directions=directions,
+            names=names,
+            active=np.concatenate([detector.active(), np.ones(n_user, dtype=bool)]),
+            on_event=on_event,
+            solver=solver_obj,
+            rtol=setup.rtol,
+            atol=setup.atol,
+            max_steps=max_steps,
+            meter_factory=meter_factory,
+            counters=lambda seg_stats, solver_state: {
+                "num_grad_evals": _count_grad_evals(
+                    solver_obj, seg_stats, solver_state
+                ),
+                "num_hvps": _count_hvps(solver_obj, solver_state),
+            },
+        )
     saved = sol.saved
     keep = np.isfinite(np.asarray(saved["loss"]))
     saved = jax.tree.map(lambda x: np.asarray(x)[keep], saved)
