@@ -168,6 +168,7 @@ def _segment(
     meter,
     root_rtol,
     root_atol,
+    t_skip,
 ):
     term = dfx.ODETerm(_ArgsField(vector_field))
     event = dfx.Event(
@@ -175,7 +176,17 @@ def _segment(
         root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),
         direction=True,
     )
-    save_args_fn = lambda t, y, a: save_fn(t, y, a[0])  # noqa: E731
+    # Save times before this segment are clipped to its start (fixed shapes:
+    # no recompile) and dropped on the host; skip computing them, or every
+    # segment would evaluate `save_fn` once per already-passed save time.
+    def save_args_fn(t, y, a):
+        shapes = jax.eval_shape(save_fn, t, y, a[0])
+        return jax.lax.cond(
+            t > t_skip,
+            lambda: save_fn(t, y, a[0]),
+            lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+        )
+
     saveat = dfx.SaveAt(
         subs=[dfx.SubSaveAt(ts=ts, fn=save_args_fn), dfx.SubSaveAt(t1=True)],
         controller_state=True,
@@ -401,6 +412,8 @@ def solve_with_events(
             meter,
             root_rtol,
             root_atol,
+            # the first segment keeps ts >= t0, later ones ts > t_now
+            jnp.asarray(t_now if ts_chunks else -np.inf, dtype),
         )
         segments += 1
         steps += int(sol.stats["num_steps"])
