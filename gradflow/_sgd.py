@@ -13,7 +13,6 @@ new chain or corpus of the same size reuses the compiled step):
   without replacement each step.
 """
 
-import json
 import math
 import time
 from pathlib import Path
@@ -41,13 +40,7 @@ from ._model import (
     population_loss as _population_loss,
 )
 from ._text import TokenStream
-from ._trajectory import (
-    _json_default,
-    _record,
-    _version,
-    atomic_write,
-    read_npz_with_meta,
-)
+from ._trajectory import read_result, write_result
 
 
 FORMAT_NAME = "gradflow-sgd"
@@ -332,39 +325,14 @@ class SGDRun(eqx.Module):
         """Writes the run to a `.npz` file (atomically), with its chain, settings,
         stats, stages, events and the gradflow version; read it back with
         [`gradflow.load_sgd`][]."""
-        path = Path(path)
-        meta = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "gradflow_version": _version(),
-            "settings": self.settings,
-            "stats": self.stats,
-            "ok": bool(self.ok),
-            "message": self.message,
-            "tokens": list(self.chain.tokens) if self.chain.tokens else None,
-            "stages": [
-                dict(s) if isinstance(s, dict) else _record(s) for s in self.stages
-            ],
-            "events": [
-                dict(e) if isinstance(e, dict) else _record(e) for e in self.events
-            ],
-            "extras": sorted(self.extras),
-        }
         arrays = {
             "ts": np.asarray(self.ts),
             "steps": np.asarray(self.steps),
             "population_loss": np.asarray(self.population_loss),
             "grad_norm": np.asarray(self.grad_norm),
             "train_loss": np.asarray(self.train_loss),
-            "P": np.asarray(self.chain.P),
-            **{
-                f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES
-            },
-            **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
         }
-        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
-        atomic_write(path, lambda f: np.savez(f, **arrays))
-        return path
+        return write_result(path, self, FORMAT_NAME, FORMAT_VERSION, arrays)
 
 
 def load_sgd(path) -> SGDRun:
@@ -374,35 +342,8 @@ def load_sgd(path) -> SGDRun:
     file when it is not a gradflow SGD run (a trajectory, say), is truncated, or
     comes from a newer file format.
     """
-    meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ValueError(
-            f"'{path}' was written with SGD-run format version {version} by gradflow "
-            f"{meta.get('gradflow_version')}; this gradflow ({_version()}) reads "
-            f"versions <= {FORMAT_VERSION}: upgrade gradflow"
-        )
-    try:
-        return SGDRun(
-            ts=arrays["ts"],
-            steps=arrays["steps"],
-            population_loss=arrays["population_loss"],
-            grad_norm=arrays["grad_norm"],
-            train_loss=arrays["train_loss"],
-            params=Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES)),
-            chain=MarkovChain(arrays["P"], tokens=meta.get("tokens")),
-            settings=meta["settings"],
-            stats=meta["stats"],
-            ok=bool(meta["ok"]),
-            message=meta["message"],
-            stages=tuple(meta.get("stages", ())),
-            events=tuple(meta.get("events", ())),
-            extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
-        )
-    except KeyError as e:
-        raise ValueError(
-            f"'{path}' is an incomplete gradflow SGD run: missing {e}"
-        ) from None
+    own = ("ts", "steps", "population_loss", "grad_norm", "train_loss")
+    return SGDRun(**read_result(path, FORMAT_NAME, FORMAT_VERSION, "SGD-run", own))
 
 
 def _attach_stages(run: SGDRun) -> SGDRun:

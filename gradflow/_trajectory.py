@@ -87,38 +87,12 @@ class Trajectory(eqx.Module):
         Everything is stored: arrays, chain, settings, stats, stages, events and
         the gradflow version. Read it back with [`gradflow.load`][].
         """
-        path = Path(path)
-        meta = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "gradflow_version": _version(),
-            "settings": self.settings,
-            "stats": self.stats,
-            "ok": bool(self.ok),
-            "message": self.message,
-            "tokens": list(self.chain.tokens) if self.chain.tokens else None,
-            "stages": [
-                dict(s) if isinstance(s, dict) else _record(s) for s in self.stages
-            ],
-            "events": [
-                dict(e) if isinstance(e, dict) else _record(e) for e in self.events
-            ],
-            "extras": sorted(self.extras),
-        }
         arrays = {
             "ts": np.asarray(self.ts),
             "loss": np.asarray(self.loss),
             "grad_norm": np.asarray(self.grad_norm),
-            "P": np.asarray(self.chain.P),
-            "pi": np.asarray(self.chain.pi),
-            **{
-                f"params_{n}": np.asarray(getattr(self.params, n)) for n in _PARAM_NAMES
-            },
-            **{f"extra_{k}": np.asarray(v) for k, v in self.extras.items()},
         }
-        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
-        atomic_write(path, lambda f: np.savez(f, **arrays))
-        return path
+        return write_result(path, self, FORMAT_NAME, FORMAT_VERSION, arrays)
 
 
 def _record(obj) -> dict:
@@ -137,6 +111,80 @@ def _json_default(obj):
     if hasattr(obj, "dtype") and hasattr(obj, "tolist"):
         return np.asarray(obj).tolist()
     return str(obj)
+
+
+def write_result(path, result, format_name: str, format_version: int, arrays) -> Path:
+    """Writes a result (a `Trajectory`, an `SGDRun`: anything with `chain`,
+    `params`, `settings`, `stats`, `ok`, `message`, `stages`, `events`,
+    `extras`) to a `.npz` file, atomically: its own `arrays` plus the chain,
+    the parameters, the extras and JSON metadata with the gradflow version."""
+    path = Path(path)
+    meta = {
+        "format": format_name,
+        "format_version": format_version,
+        "gradflow_version": _version(),
+        "settings": result.settings,
+        "stats": result.stats,
+        "ok": bool(result.ok),
+        "message": result.message,
+        "tokens": list(result.chain.tokens) if result.chain.tokens else None,
+        "stages": [
+            dict(s) if isinstance(s, dict) else _record(s) for s in result.stages
+        ],
+        "events": [
+            dict(e) if isinstance(e, dict) else _record(e) for e in result.events
+        ],
+        "extras": sorted(result.extras),
+    }
+    arrays = {
+        **arrays,
+        "P": np.asarray(result.chain.P),
+        "pi": np.asarray(result.chain.pi),
+        **{f"params_{n}": np.asarray(getattr(result.params, n)) for n in _PARAM_NAMES},
+        **{f"extra_{k}": np.asarray(v) for k, v in result.extras.items()},
+    }
+    arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+    return path
+
+
+def read_result(path, format_name: str, format_version: int, what: str, own: tuple):
+    """Reads a file written by [`write_result`][] into the constructor arguments
+    of a result: the `own` arrays plus what every result shares (chain, params,
+    settings, stats, ok, message, stages, events, extras).
+
+    **Raises:** `FileNotFoundError` for a missing file; `ValueError` naming the
+    file when it is not a gradflow `what`, is truncated or incomplete, or comes
+    from a newer file format.
+    """
+    meta, arrays = read_npz_with_meta(path, format_name)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > format_version:
+        raise ValueError(
+            f"'{path}' was written with {what} format version {version} by "
+            f"gradflow {meta.get('gradflow_version')}; this gradflow "
+            f"({_version()}) reads format versions <= {format_version}: upgrade gradflow"
+        )
+    try:
+        # pi is stored so that the loaded chain is bit-identical (files
+        # without it get pi solved again)
+        chain = MarkovChain(arrays["P"], tokens=meta.get("tokens"), pi=arrays.get("pi"))
+        return dict(
+            **{name: arrays[name] for name in own},
+            chain=chain,
+            params=Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES)),
+            settings=meta["settings"],
+            stats=meta["stats"],
+            ok=bool(meta["ok"]),
+            message=meta["message"],
+            stages=tuple(meta.get("stages", ())),
+            events=tuple(meta.get("events", ())),
+            extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
+        )
+    except KeyError as e:
+        raise ValueError(
+            f"'{path}' is an incomplete gradflow {what}: missing {e}"
+        ) from None
 
 
 def atomic_write(path: Path, write) -> None:
@@ -202,33 +250,8 @@ def load(path: str | os.PathLike) -> Trajectory:
     the file if it is not a gradflow trajectory, is truncated, or was written
     by an incompatible (newer) file-format version.
     """
-    meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ValueError(
-            f"'{path}' was written with trajectory format version {version} by "
-            f"gradflow {meta.get('gradflow_version')}; this gradflow "
-            f"({_version()}) reads format versions <= {FORMAT_VERSION}: upgrade gradflow"
+    return Trajectory(
+        **read_result(
+            path, FORMAT_NAME, FORMAT_VERSION, "trajectory", ("ts", "loss", "grad_norm")
         )
-    try:
-        chain = MarkovChain(arrays["P"], tokens=meta.get("tokens"), pi=arrays["pi"])
-        params = Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES))
-        extras = {k: arrays[f"extra_{k}"] for k in meta.get("extras", [])}
-        return Trajectory(
-            ts=arrays["ts"],
-            loss=arrays["loss"],
-            grad_norm=arrays["grad_norm"],
-            params=params,
-            chain=chain,
-            settings=meta["settings"],
-            stats=meta["stats"],
-            ok=bool(meta["ok"]),
-            message=meta["message"],
-            stages=tuple(meta.get("stages", ())),
-            events=tuple(meta.get("events", ())),
-            extras=extras,
-        )
-    except KeyError as e:
-        raise ValueError(
-            f"'{path}' is an incomplete gradflow trajectory: missing {e}"
-        ) from None
+    )
