@@ -176,6 +176,7 @@ def _segment(
         root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),
         direction=True,
     )
+
     # Save times before this segment are clipped to its start (fixed shapes:
     # no recompile) and dropped on the host; skip computing them, or every
     # segment would evaluate `save_fn` once per already-passed save time.

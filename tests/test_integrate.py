@@ -80,7 +80,9 @@ def test_energy_identity_along_trajectory():
     ts = np.linspace(20.0, 60.0, 801)
     # rtol 1e-8 (not the default 1e-5) so that the solver's error is below the
     # quadrature's and the identity itself is what is checked
-    traj = gf.integrate(STICKY, 1e-3, width=8, t1=60.0, ts=ts, rtol=1e-8, progress=False)
+    traj = gf.integrate(
+        STICKY, 1e-3, width=8, t1=60.0, ts=ts, rtol=1e-8, progress=False
+    )
     dissipated = cumulative_simpson(traj.grad_norm**2, x=ts, initial=0.0)
     drop = traj.loss[0] - traj.loss
     assert drop[-1] > 0.2  # the interval holds the first escape

@@ -428,7 +428,9 @@ def test_sgd_run_has_the_flows_stages():
     times (SGD is a few percent late, see docs/sgd.md)."""
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     p0 = gf.init_params(6, 8, 1e-3, 0)
-    run = gf.train_sgd(chain, p0, context=256, batch_size=512, lr=0.2, t1=250.0, progress=False)
+    run = gf.train_sgd(
+        chain, p0, context=256, batch_size=512, lr=0.2, t1=250.0, progress=False
+    )
     traj = gf.integrate(chain, params=p0, t1=250.0, ts=run.ts, progress=False)
     names = [s["name"] for s in run.stages]
     assert names[:3] == ["condensation", "focus", "dilution"]
