@@ -280,6 +280,26 @@ def _solve(
     )
 
 
+def initial_point(chain, init_scale, params, width, seed, dtype):
+    """The starting point of a flow or an SGD run: exactly one of a random
+    initialisation (`init_scale`, `width`, `seed`) or given `params` (checked
+    against the chain). Returns `(params0, init_scale, width)`."""
+    if (init_scale is None) == (params is None):
+        raise ValueError(
+            "give exactly one of init_scale (random start) and params (given start), "
+            f"got init_scale={init_scale!r} and params={'None' if params is None else '...'}"
+        )
+    if params is None:
+        init_scale = _check_init_scale(init_scale)
+        return (
+            init_params(chain.d, width, init_scale, seed, dtype=dtype),
+            init_scale,
+            width,
+        )
+    params0 = _check_params(params, chain, dtype)
+    return params0, init_scale, params0.m
+
+
 class _Setup(eqx.Module):
     """Everything `integrate` validated and derived, before any compilation."""
 
@@ -308,23 +328,15 @@ def _prepare(
             f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}; "
             "wrap a transition matrix as gf.MarkovChain(P)"
         )
-    if (init_scale is None) == (params is None):
-        raise ValueError(
-            "give exactly one of init_scale (random start) and params (given start), "
-            f"got init_scale={init_scale!r} and params={'None' if params is None else '...'}"
-        )
     jdtype = _resolve_dtype(dtype)
     t1 = _check_positive_finite("t1", t1)
     max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
     width = _check_positive_finite("width", width, integer=True)
     solver_obj, solver_name = _resolve_solver(solver)
     ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
-    if params is None:
-        init_scale = _check_init_scale(init_scale)
-        params0 = init_params(chain.d, width, init_scale, seed, dtype=jdtype)
-    else:
-        params0 = _check_params(params, chain, jdtype)
-        width = params0.m
+    params0, init_scale, width = initial_point(
+        chain, init_scale, params, width, seed, jdtype
+    )
     scale = float(
         np.sqrt(
             np.mean(

@@ -27,16 +27,14 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._chain import MarkovChain
 from ._integrate import (
-    _check_params,
     _check_positive_finite,
     _resolve_dtype,
     default_save_times,
+    initial_point,
 )
 from ._model import (
     Params,
     _attention_weights,
-    _check_init_scale,
-    init_params,
     population_loss as _population_loss,
 )
 from ._text import TokenStream
@@ -498,18 +496,9 @@ def train_sgd(
             "optimizer must be an optax.GradientTransformation, got "
             f"{type(optimizer).__name__}"
         )
-    if (init_scale is None) == (params is None):
-        raise ValueError(
-            "give exactly one of init_scale (random start) and params (given start), "
-            f"got init_scale={init_scale!r} and "
-            f"params={'None' if params is None else '...'}"
-        )
-    if params is None:
-        init_scale = _check_init_scale(init_scale)
-        params0 = init_params(chain.d, width, init_scale, seed, dtype=jdtype)
-    else:
-        params0 = _check_params(params, chain, jdtype)
-        width = params0.m
+    params0, init_scale, width = initial_point(
+        chain, init_scale, params, width, seed, jdtype
+    )
     steps = sgd_save_steps(ts, lr, t1)
 
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
