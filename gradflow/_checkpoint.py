@@ -1,0 +1,285 @@
+r"""Checkpoint files: the full state of a long computation, written atomically,
+so that a killed run can be continued to the same result.
+
+A checkpoint is a `.npz` file (read with `allow_pickle=False`) holding the
+arrays of the state and JSON metadata: the gradflow version, what wrote it
+(`kind`: `"integrate"` or `"train_sgd"`), a *fingerprint* of the call (its
+settings and a SHA-256 hash of every input array) and the host-side state of
+the loop. [`Checkpointer`][] reads it back only if the fingerprint matches the
+call that wants to resume; otherwise it refuses, naming each difference.
+
+The state itself is packed and unpacked by the loop that owns it
+(`solve_with_events`, `train_sgd`); this module only stores it.
+"""
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._trajectory import _json_default, _version, atomic_write, read_npz_with_meta
+
+
+FORMAT_NAME = "checkpoint"
+FORMAT_VERSION = 1
+DEFAULT_EVERY = 120.0
+
+# Settings that may change between a run and its resumption: they do not
+# change the computed trajectory (`max_steps` only where it stops; raise it
+# and resume to continue a run that ran out of steps).
+_FREE_SETTINGS = frozenset({"max_steps", "progress"})
+
+
+def _digest(x) -> str:
+    x = np.ascontiguousarray(np.asarray(x))
+    h = hashlib.sha256()
+    h.update(f"{x.dtype.str}{x.shape}".encode())
+    h.update(x.tobytes())
+    return h.hexdigest()[:32]
+
+
+def _jsonable(obj):
+    """`obj` as it reads back from JSON (so fingerprints compare equal)."""
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def _fmt(value) -> str:
+    text = json.dumps(value, default=_json_default)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def pack_tree(prefix: str, tree) -> dict[str, np.ndarray]:
+    """The leaves of a pytree as `{prefix/i: array}` (see [`unpack_tree`][])."""
+    return {
+        f"{prefix}/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(tree))
+    }
+
+
+def unpack_tree(prefix: str, arrays: dict, like) -> Any:
+    """Rebuilds a pytree with the structure of `like` (a pytree or its
+    `jax.eval_shape`) from the arrays written by [`pack_tree`][], checking
+    each leaf's shape and dtype."""
+    leaves, treedef = jax.tree.flatten(like)
+    out = []
+    for i, ref in enumerate(leaves):
+        key = f"{prefix}/{i}"
+        if key not in arrays:
+            raise ValueError(f"the checkpoint has no array {key!r}")
+        a = arrays[key]
+        if a.shape != tuple(ref.shape) or a.dtype != np.dtype(ref.dtype):
+            raise ValueError(
+                f"the checkpoint's array {key!r} is {a.dtype}{list(a.shape)}, "
+                f"expected {np.dtype(ref.dtype)}{list(ref.shape)}"
+            )
+        out.append(a)
+    if f"{prefix}/{len(leaves)}" in arrays:
+        raise ValueError(f"the checkpoint has more {prefix!r} arrays than expected")
+    return jax.tree.unflatten(treedef, out)
+
+
+def check_path(checkpoint) -> Path | None:
+    """Validates a `checkpoint=` argument: `None` or a file path."""
+    if checkpoint is None:
+        return None
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(
+            "checkpoint must be a file path (str or os.PathLike) or None, got "
+            f"{type(checkpoint).__name__}"
+        )
+    path = Path(checkpoint)
+    if str(checkpoint) == "" or path.is_dir():
+        raise ValueError(f"checkpoint must be a file path, got {str(checkpoint)!r}")
+    return path
+
+
+def check_every(every) -> float:
+    if isinstance(every, bool) or not isinstance(every, (int, float, np.number)):
+        raise TypeError(
+            f"checkpoint_every must be a number of seconds, got {every!r}"
+        )
+    every = float(every)
+    if not (math.isfinite(every) and every >= 0):
+        raise ValueError(
+            f"checkpoint_every must be a finite number of seconds >= 0, got {every}"
+        )
+    return every
+
+
+class Checkpointer:
+    """Reads and writes one checkpoint file for one call.
+
+    **Arguments:**
+
+    - `path`: the file (a `.npz`; written through a temporary file and a
+      rename, so it is always either the previous or the new checkpoint).
+    - `kind`: what writes it (`"integrate"`, `"train_sgd"`).
+    - `settings`: the call's settings (JSON-able); `inputs`: its input arrays
+      (chain, initial parameters, save times, ...), compared by hash.
+    - `every`: seconds of wall time between periodic writes ([`due`][]).
+
+    Creating it reads an existing file at `path` (raising a `ValueError` that
+    lists what differs if it was made by another call), so a mismatch is
+    reported before any computation; `state` then holds `(meta, arrays)` to
+    resume from, or `None`.
+    """
+
+    def __init__(
+        self,
+        path,
+        kind: str,
+        settings: dict,
+        inputs: dict[str, Any],
+        every: float = DEFAULT_EVERY,
+    ):
+        self.path = check_path(path)
+        self.kind = kind
+        self.every = check_every(every)
+        self.fingerprint = {
+            "kind": kind,
+            "settings": _jsonable(
+                {k: v for k, v in settings.items() if k not in _FREE_SETTINGS}
+            ),
+            "inputs": {k: _digest(v) for k, v in sorted(inputs.items())},
+        }
+        self.last_write = time.monotonic()
+        self.num_writes = 0
+        self.state = self._read() if self.path.exists() else None
+
+    def _read(self):
+        meta, arrays = read_npz_with_meta(self.path, FORMAT_NAME)
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"checkpoint '{self.path}' has format version {version} (gradflow "
+                f"{meta.get('gradflow_version')}); this gradflow ({_version()}) "
+                f"writes version {FORMAT_VERSION}: delete it or use another path"
+            )
+        diffs = self.differences(meta.get("fingerprint", {}))
+        if meta.get("gradflow_version") != _version():
+            diffs.insert(
+                0,
+                f"gradflow version {meta.get('gradflow_version')} there, "
+                f"{_version()} here",
+            )
+        if diffs:
+            raise ValueError(
+                f"checkpoint '{self.path}' was made by a different call: "
+                + "; ".join(diffs)
+                + ". Delete it, pass another checkpoint path, or repeat that call"
+            )
+        return meta["state"], arrays
+
+    def differences(self, other: dict) -> list[str]:
+        """What differs between this call's fingerprint and `other`, in words."""
+        mine = self.fingerprint
+        diffs = []
+        if other.get("kind") != mine["kind"]:
+            return [f"written by {other.get('kind')!r}, not {mine['kind']!r}"]
+        theirs_s, mine_s = other.get("settings", {}), mine["settings"]
+        for key in sorted(set(theirs_s) | set(mine_s)):
+            a, b = theirs_s.get(key, "(unset)"), mine_s.get(key, "(unset)")
+            if a != b:
+                diffs.append(f"{key} = {_fmt(a)} there, {_fmt(b)} here")
+        theirs_i, mine_i = other.get("inputs", {}), mine["inputs"]
+        for key in sorted(set(theirs_i) | set(mine_i)):
+            if theirs_i.get(key) != mine_i.get(key):
+                diffs.append(f"{key} differs")
+        return diffs
+
+    def due(self) -> bool:
+        """Whether `every` seconds have passed since the last write (or start)."""
+        return time.monotonic() - self.last_write >= self.every
+
+    def write(self, state: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Writes `state` (JSON-able) and `arrays` atomically."""
+        meta = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "gradflow_version": _version(),
+            "fingerprint": self.fingerprint,
+            "state": state,
+            "written": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        arrays = dict(arrays)
+        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+        atomic_write(self.path, lambda f: np.savez(f, **arrays))
+        self.last_write = time.monotonic()
+        self.num_writes += 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised when a run is interrupted (Ctrl-C, `SIGINT`): a `KeyboardInterrupt`
+    that carries what was computed.
+
+    - `result`: the partial [`gradflow.Trajectory`][] or
+      [`gradflow.SGDRun`][] up to the interruption (`ok=False`).
+    - `checkpoint`: the checkpoint file written on the way out, or `None`.
+
+    ```python
+    try:
+        traj = gf.integrate(chain, 1e-3, checkpoint="run.ckpt.npz")
+    except gf.Interrupted as e:
+        traj = e.result  # everything up to the interruption
+    ```
+    """
+
+    def __init__(self, message: str, result=None, checkpoint=None):
+        super().__init__(message)
+        self.result = result
+        self.checkpoint = checkpoint
+
+
+class _InterruptFlag:
+    requested = False
+
+
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Defers Ctrl-C (`SIGINT`) inside the block: the first one only sets
+    `flag.requested`, which the loop checks between chunks of work (so it can
+    stop at a consistent state, write its checkpoint and return what it has);
+    a second one raises `KeyboardInterrupt` at once. Outside the main thread
+    (where Python cannot install signal handlers) nothing is deferred."""
+    flag = _InterruptFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # installed outside Python: restore Python's default
+        previous = signal.default_int_handler
+
+    def handler(signum, frame):
+        if flag.requested:
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        flag.requested = True
+        print(
+            "\ngradflow: interrupt received; stopping after the current chunk of "
+            "steps (press Ctrl-C again to abort at once)",
+            file=sys.stderr,
+        )
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+__all__ = [
+    "Checkpointer",
+    "Interrupted",
+    "deferred_interrupt",
+    "pack_tree",
+    "unpack_tree",
+]
