@@ -30,7 +30,7 @@ import numpy as np
 from ._trajectory import _json_default, _version, atomic_write, read_npz_with_meta
 
 
-FORMAT_NAME = "checkpoint"
+FORMAT_NAME = "gradflow-checkpoint"
 FORMAT_VERSION = 1
 DEFAULT_EVERY = 120.0
 
@@ -38,6 +38,17 @@ DEFAULT_EVERY = 120.0
 # change the computed trajectory (`max_steps` only where it stops; raise it
 # and resume to continue a run that ran out of steps).
 _FREE_SETTINGS = frozenset({"max_steps", "progress"})
+
+
+# How `differences` names an input array.
+_INPUT_NAMES = {
+    "P": "the chain (transition matrix P)",
+    "pi": "the chain's stationary distribution pi",
+    "ts": "the save times ts",
+    "params0": "the initial parameters",
+    "save_steps": "the save steps",
+    "tokens": "the token ids of the text",
+}
 
 
 def _digest(x) -> str:
@@ -61,7 +72,8 @@ def _fmt(value) -> str:
 def pack_tree(prefix: str, tree) -> dict[str, np.ndarray]:
     """The leaves of a pytree as `{prefix/i: array}` (see [`unpack_tree`][])."""
     return {
-        f"{prefix}/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(tree))
+        f"{prefix}/{i}": np.asarray(leaf)
+        for i, leaf in enumerate(jax.tree.leaves(tree))
     }
 
 
@@ -104,9 +116,7 @@ def check_path(checkpoint) -> Path | None:
 
 def check_every(every) -> float:
     if isinstance(every, bool) or not isinstance(every, (int, float, np.number)):
-        raise TypeError(
-            f"checkpoint_every must be a number of seconds, got {every!r}"
-        )
+        raise TypeError(f"checkpoint_every must be a number of seconds, got {every!r}")
     every = float(every)
     if not (math.isfinite(every) and every >= 0):
         raise ValueError(
@@ -191,9 +201,14 @@ class Checkpointer:
             if a != b:
                 diffs.append(f"{key} = {_fmt(a)} there, {_fmt(b)} here")
         theirs_i, mine_i = other.get("inputs", {}), mine["inputs"]
+        differing = []  # inputs named once per group: params0/0, params0/1 -> params0
         for key in sorted(set(theirs_i) | set(mine_i)):
-            if theirs_i.get(key) != mine_i.get(key):
-                diffs.append(f"{key} differs")
+            group = key.split("/")[0]
+            if theirs_i.get(key) != mine_i.get(key) and group not in differing:
+                differing.append(group)
+        if "P" in differing and "pi" in differing:
+            differing.remove("pi")
+        diffs += [f"{_INPUT_NAMES.get(g, g)} differs" for g in differing]
         return diffs
 
     def due(self) -> bool:

@@ -127,6 +127,29 @@ def register(subparsers) -> None:
     g.add_argument(
         "--saves", type=int, default=400, help="number of log-spaced save times"
     )
+    g.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="the most solver steps (default gradflow's); the partial trajectory "
+        "is saved if they run out",
+    )
+    g = p.add_argument_group("checkpoints")
+    g.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="write the solver state to PATH (every --checkpoint-every seconds, at "
+        "each event, at the end); if PATH exists, resume from it",
+    )
+    g.add_argument(
+        "--checkpoint-every",
+        metavar="SECONDS",
+        type=float,
+        default=120.0,
+        help="seconds of wall time between checkpoint writes (default 120)",
+    )
     g = p.add_argument_group("output")
     g.add_argument(
         "--out", type=Path, default=Path("gradflow_run"), help="output directory"
@@ -226,12 +249,14 @@ def format_stage_table(stages) -> str:
 def run(args) -> int:
     import gradflow as gf
 
+    interrupted = None
     try:
         chain, description = _chain(args)
         if args.saves < 2:
             raise ValueError(f"--saves must be at least 2, got {args.saves}")
         ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
-        traj = gf.integrate_stages(
+        extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
+        traj = gf.integrate(
             chain,
             args.init_scale,
             width=args.width,
@@ -242,15 +267,29 @@ def run(args) -> int:
             rtol=args.rtol,
             atol=args.atol,
             progress=not args.no_progress,
+            checkpoint=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            **extra,
         )
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"gradflow run: error: {e}", file=sys.stderr)
         return 2
+    except gf.Interrupted as e:
+        # Ctrl-C: keep what was computed (the figures are skipped).
+        interrupted, traj = e, e.result
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     traj.save(out / "trajectory.npz")
     write_csv(out / "stages.csv", traj.stages, STAGE_FIELDS)
     write_csv(out / "events.csv", traj.events, EVENT_FIELDS)
+    (out / "command.json").write_text(json.dumps({"argv": sys.argv[1:]}, indent=1))
+    if interrupted is not None:
+        print(
+            f"gradflow run: interrupted: {traj.message}; the partial trajectory is "
+            f"in {out / 'trajectory.npz'}",
+            file=sys.stderr,
+        )
+        return 130
     levels = gf.entropy_bounds(chain)
     print(f"chain: {description}")
     print(
@@ -258,9 +297,15 @@ def run(args) -> int:
         f"(log d = {levels['log_d']:.5f}, H(pi) = {levels['unigram']:.5f}, "
         f"conditional entropy = {levels['conditional']:.5f})"
     )
+    resumed = traj.stats.get("resumed_from")
     print(
         f"{traj.stats['num_steps']} steps, {len(traj.events)} events, "
         f"{traj.stats['wall_time']:.1f} s"
+        + (
+            ""
+            if resumed is None
+            else f" (resumed from the checkpoint at t = {resumed:.6g})"
+        )
     )
     print(format_stage_table(traj.stages))
     written = ["trajectory.npz", "stages.csv", "events.csv"]
@@ -269,8 +314,11 @@ def run(args) -> int:
 
         written += [p.name for p in plot.plot_all(traj, out)]
     print(f"wrote {', '.join(written)} to {out}/")
-    (out / "command.json").write_text(json.dumps({"argv": sys.argv[1:]}, indent=1))
     if not traj.ok:
-        print(f"gradflow run: warning: {traj.message}", file=sys.stderr)
+        print(
+            f"gradflow run: error: {traj.message} (the partial trajectory is in "
+            f"{out / 'trajectory.npz'})",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -1,7 +1,9 @@
 r"""`gradflow.integrate`: the population gradient flow $\dot\theta = -\nabla L(\theta)$
 solved with Diffrax."""
 
+import contextlib
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -15,8 +17,15 @@ import numpy as np
 from jaxtyping import ArrayLike
 
 from ._chain import MarkovChain
+from ._checkpoint import (
+    Checkpointer,
+    Interrupted,
+    check_every,
+    check_path,
+    pack_tree,
+)
 from ._model import Params, _check_init_scale, init_params, population_loss
-from ._progress import DelayedTqdmProgressMeter
+from ._progress import DelayedTqdmProgressMeter, shared_progress_bar
 from ._trajectory import Trajectory
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 
@@ -24,6 +33,7 @@ from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 DEFAULT_T1 = 20_000.0
 DEFAULT_NUM_SAVES = 400
 DEFAULT_MAX_STEPS = 4_000_000
+DEFAULT_CHECKPOINT_EVERY = 120.0  # seconds of wall time between checkpoints
 
 # Diffrax solvers offered by name. Explicit ones for accuracy studies and
 # baselines; implicit ones for stiff problems.
@@ -253,33 +263,6 @@ def _failure_message(result, t_reached: float, t1: float, max_steps: int) -> str
     )
 
 
-@eqx.filter_jit
-def _solve(
-    solver, controller, params0, chain, t0, t1, ts, max_steps: int, meter
-) -> dfx.Solution:
-    saveat = dfx.SaveAt(
-        subs=[
-            dfx.SubSaveAt(ts=ts, fn=_observe),
-            dfx.SubSaveAt(t1=True, fn=_observe),
-        ],
-        solver_state=True,
-    )
-    return dfx.diffeqsolve(
-        dfx.ODETerm(GradientFlow()),
-        solver,
-        t0,
-        t1,
-        None,
-        params0,
-        args=chain,
-        saveat=saveat,
-        stepsize_controller=controller,
-        max_steps=max_steps,
-        throw=False,
-        progress_meter=meter,
-    )
-
-
 def initial_point(chain, init_scale, params, width, seed, dtype):
     """The starting point of a flow or an SGD run: exactly one of a random
     initialisation (`init_scale`, `width`, `seed`) or given `params` (checked
@@ -315,10 +298,25 @@ class _Setup(eqx.Module):
     dtype: Any
     settings: dict[str, Any]
     start: float
+    checkpoint: Any = None
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY
 
 
 def _prepare(
-    chain, init_scale, params, width, t1, ts, seed, solver, rtol, atol, max_steps, dtype
+    chain,
+    init_scale,
+    params,
+    width,
+    t1,
+    ts,
+    seed,
+    solver,
+    rtol,
+    atol,
+    max_steps,
+    dtype,
+    checkpoint=None,
+    checkpoint_every=DEFAULT_CHECKPOINT_EVERY,
 ) -> _Setup:
     """Validates the arguments of `integrate` (raising a clear error naming the
     argument and its value) and builds the initial point."""
@@ -334,6 +332,8 @@ def _prepare(
     width = _check_positive_finite("width", width, integer=True)
     solver_obj, solver_name = _resolve_solver(solver)
     ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
+    checkpoint = check_path(checkpoint)
+    checkpoint_every = check_every(checkpoint_every)
     params0, init_scale, width = initial_point(
         chain, init_scale, params, width, seed, jdtype
     )
@@ -383,6 +383,40 @@ def _prepare(
         dtype=jdtype,
         settings=settings,
         start=start,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+    )
+
+
+def _checkpointer(setup: _Setup, settings: dict) -> Checkpointer | None:
+    """The checkpoint of an `integrate` call (or `None`), read and checked
+    against the call before anything is compiled."""
+    if setup.checkpoint is None:
+        return None
+    inputs = {
+        "P": setup.chain.P,
+        "pi": setup.chain.pi,
+        "ts": setup.ts,
+        **pack_tree("params0", setup.params0),
+    }
+    return Checkpointer(
+        setup.checkpoint, "integrate", settings, inputs, setup.checkpoint_every
+    )
+
+
+def _interrupted(traj: Trajectory, checkpoint: Checkpointer | None) -> Interrupted:
+    where = (
+        f"; the checkpoint '{checkpoint.path}' holds the state: run the same call "
+        "again to resume"
+        if checkpoint is not None
+        else "; pass checkpoint=PATH to be able to resume"
+    )
+    message = f"interrupted at t = {traj.t_final:.6g} of t1 = {traj.settings['t1']:.6g}"
+    traj = eqx.tree_at(lambda r: r.message, traj, message + where)
+    return Interrupted(
+        message + where,
+        result=traj,
+        checkpoint=None if checkpoint is None else checkpoint.path,
     )
 
 
@@ -406,6 +440,8 @@ def integrate(
     callbacks: Sequence[Callable] = (),
     thresholds: Any = None,
     save_attention: bool | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
 ) -> Trajectory:
     r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
 
@@ -454,13 +490,27 @@ def integrate(
     - `thresholds`: a [`gradflow.StageThresholds`][] (default thresholds when
       `None`); `save_attention`: save the `(d, d)` attention matrix at every
       save time (default: when `d <= 64`).
+    - `checkpoint`: a file path. The whole state of the solve (parameters,
+      solver and step-size-controller state, proposed next step, everything
+      saved so far, the stage detector) is written there atomically every
+      `checkpoint_every` seconds of wall time, after each event and at the
+      end. If the file exists, the call resumes from it and ends at the same
+      result as an uninterrupted run (bit for bit on one machine); a
+      checkpoint made by a different call is refused, naming what differs.
+      A finished checkpoint returns its result at once. Only `max_steps` and
+      `progress` may change between the runs (raise `max_steps` to continue a
+      run that ran out of steps). See `docs/errors.md`.
+    - `checkpoint_every`: seconds between periodic checkpoint writes.
 
     **Returns:** a [`gradflow.Trajectory`][]. If the solver stops early,
     `traj.ok` is `False`, `traj.message` says why and what to change, and the
     trajectory holds everything up to the last time reached.
 
     **Raises:** `ValueError`/`TypeError` naming the argument and its value for
-    bad input, before anything is compiled.
+    bad input (or a checkpoint of another call), before anything is compiled.
+    [`gradflow.Interrupted`][] (a `KeyboardInterrupt`) on Ctrl-C: the solve
+    stops after the current chunk of steps, writes the checkpoint, and the
+    exception's `result` holds the trajectory so far.
 
     **Example:**
 
@@ -485,6 +535,8 @@ def integrate(
         atol,
         max_steps,
         dtype,
+        checkpoint,
+        checkpoint_every,
     )
     if stages or events or callbacks:
         from ._integrate_stages import solve_with_stages
@@ -501,54 +553,94 @@ def integrate(
 
 
 def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
-    """The bare flow: one Diffrax solve, saving loss, gradient norm and params."""
+    """The bare flow, saving loss, gradient norm and params (no events)."""
+    from ._events import solve_with_events
+
     jdtype, t1, max_steps = setup.dtype, setup.t1, setup.max_steps
-    # Tolerances as arrays: a new tolerance (atol follows the initial scale,
-    # so every seed has its own) must not recompile the solve.
-    controller = dfx.PIDController(
-        rtol=jnp.asarray(setup.rtol, jdtype), atol=jnp.asarray(setup.atol, jdtype)
-    )
-    meter = DelayedTqdmProgressMeter() if progress else dfx.NoProgressMeter()
-    sol = _solve(
-        setup.solver,
-        controller,
-        setup.params0,
-        setup.chain_dt,
-        jnp.asarray(0.0, jdtype),
-        jnp.asarray(t1, jdtype),
-        jnp.asarray(setup.ts, jdtype),
-        max_steps,
-        meter,
-    )
-    saved, last = sol.ys
-    ts_saved = np.asarray(sol.ts[0], dtype=np.float64)
-    t_last = float(np.asarray(sol.ts[1])[0])
-    keep = np.isfinite(ts_saved) & np.isfinite(np.asarray(saved["loss"]))
-    observed = jax.tree.map(lambda x: np.asarray(x)[keep], saved)
-    ts_out = ts_saved[keep]
-    ok = bool(sol.result == dfx.RESULTS.successful)
+    settings = dict(setup.settings, stages=False)
+    checkpoint = _checkpointer(setup, settings)
+    with shared_progress_bar() if progress else contextlib.nullcontext():
+        sol = solve_with_events(
+            GradientFlow(),
+            setup.params0,
+            setup.chain_dt,
+            t0=0.0,
+            t1=t1,
+            ts=setup.ts,
+            save_fn=_observe,
+            solver=setup.solver,
+            rtol=setup.rtol,
+            atol=setup.atol,
+            max_steps=max_steps,
+            meter_factory=_meter_factory(progress, t1),
+            counters=_counters(setup.solver),
+            checkpoint=checkpoint,
+        )
+    observed, ts_out = sol.saved, sol.ts
+    keep = np.isfinite(np.asarray(observed["loss"]))
+    observed = jax.tree.map(lambda x: np.asarray(x)[keep], observed)
+    ts_out = ts_out[keep]
     message = ""
-    if not ok:
-        message = _failure_message(sol.result, t_last, t1, max_steps)
-        last_np = jax.tree.map(lambda x: np.asarray(x)[0], last)
-        if np.isfinite(last_np["loss"]) and (ts_out.size == 0 or t_last > ts_out[-1]):
-            # Keep the last state reached, so no computed work is lost.
-            observed = jax.tree.map(
-                lambda a, b: np.concatenate([a, b[None]]), observed, last_np
+    if not sol.ok:
+        message = _failure_message(sol.result, sol.t_final, t1, max_steps)
+        if ts_out.size == 0 or sol.t_final > ts_out[-1]:
+            last = jax.tree.map(
+                np.asarray,
+                _observe_jit(
+                    jnp.asarray(sol.t_final, jdtype), sol.y_final, setup.chain_dt
+                ),
             )
-            ts_out = np.append(ts_out, t_last)
-    stats = {k: int(v) for k, v in sol.stats.items() if np.ndim(v) == 0}
-    stats["num_grad_evals"] = _count_grad_evals(setup.solver, stats, sol.solver_state)
-    stats["num_hvps"] = _count_hvps(setup.solver, sol.solver_state)
-    stats["wall_time"] = time.perf_counter() - setup.start
-    return Trajectory(
+            if np.isfinite(last["loss"]):
+                # Keep the last state reached, so no computed work is lost.
+                observed = jax.tree.map(
+                    lambda a, b: np.concatenate([a, b[None]]), observed, last
+                )
+                ts_out = np.append(ts_out, sol.t_final)
+    stats = {
+        "num_steps": sol.num_steps,
+        "num_accepted_steps": sol.num_accepted_steps,
+        "num_rejected_steps": sol.num_rejected_steps,
+        **sol.counts,
+        "resumed_from": sol.resumed_from,
+        "wall_time": time.perf_counter() - setup.start,
+    }
+    traj = Trajectory(
         ts=ts_out,
         loss=observed["loss"],
         grad_norm=observed["grad_norm"],
         params=observed["params"],
         chain=setup.chain,
-        settings=dict(setup.settings, stages=False),
+        settings=settings,
         stats=stats,
-        ok=ok,
+        ok=sol.ok,
         message=message,
     )
+    if sol.interrupted:
+        raise _interrupted(traj, checkpoint)
+    return traj
+
+
+_observe_jit = eqx.filter_jit(_observe)
+
+
+def _meter_factory(progress: bool, t1: float) -> Callable:
+    def meter_factory(t_start, t_end):
+        if not progress:
+            return dfx.NoProgressMeter()
+        # One bar for all chunks (shared_progress_bar); the start fraction is
+        # an array, so a new chunk does not recompile.
+        return DelayedTqdmProgressMeter(start_fraction=np.asarray(t_start / t1, float))
+
+    return meter_factory
+
+
+def _counters(solver) -> Callable:
+    """Gradient evaluations and HVPs of one segment (summed by the loop)."""
+
+    def counters(seg_stats, solver_state):
+        return {
+            "num_grad_evals": _count_grad_evals(solver, seg_stats, solver_state),
+            "num_hvps": _count_hvps(solver, solver_state),
+        }
+
+    return counters

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -17,13 +16,15 @@ from ._diagnostics import diagnostics
 from ._events import Event, solve_with_events
 from ._integrate import (
     GradientFlow,
-    _count_grad_evals,
-    _count_hvps,
+    _checkpointer,
+    _counters,
     _failure_message,
+    _interrupted,
+    _meter_factory,
     _Setup,
 )
 from ._model import Params
-from ._progress import DelayedTqdmProgressMeter, shared_progress_bar
+from ._progress import shared_progress_bar
 from ._stages import (
     BUILTIN_EVENTS,
     StageDetector,
@@ -171,6 +172,24 @@ def solve_with_stages(
     solver_obj = setup.solver
     if save_attention is None:
         save_attention = chain.d <= MAX_SAVED_ATTENTION_D
+    settings = {
+        **setup.settings,
+        "stages": True,
+        "thresholds": {
+            k: getattr(thresholds, k)
+            for k in (
+                "escape_speed",
+                "entry_speed",
+                "focus_rate",
+                "direction_rate",
+                "direction_ratio",
+                "min_mass_change",
+            )
+        },
+        "events": [e.name for e in user_events],
+        "save_attention": bool(save_attention),
+    }
+    checkpoint = _checkpointer(setup, settings)
 
     levels = entropy_bounds(chain)
     loss0 = float(_event_info(jnp.asarray(0.0, jdtype), params0, chain_dt)["loss"])
@@ -217,12 +236,22 @@ def solve_with_stages(
             [detector.active(), np.ones(n_user, dtype=bool)]
         ), new_args
 
-    def meter_factory(t_start, t_end):
-        if not progress:
-            return dfx.NoProgressMeter()
-        # One bar for all segments (shared_progress_bar); the start fraction is
-        # an array, so a new segment does not recompile.
-        return DelayedTqdmProgressMeter(start_fraction=np.asarray(t_start / t1, float))
+    def get_state():
+        meta = {"detector": detector.state_dict(), "event_t": event_arrays["t"]}
+        arrays = {
+            f"event_{k}/{i}": np.asarray(a)
+            for k in ("attention", "W0")
+            for i, a in enumerate(event_arrays[k])
+        }
+        return meta, arrays
+
+    def set_state(meta, arrays):
+        detector.load_state_dict(meta["detector"])
+        event_arrays["t"] = [float(t) for t in meta["event_t"]]
+        for k in ("attention", "W0"):
+            event_arrays[k] = [
+                arrays[f"event_{k}/{i}"] for i in range(len(event_arrays["t"]))
+            ]
 
     bar = shared_progress_bar() if progress else contextlib.nullcontext()
     with bar:
@@ -243,13 +272,10 @@ def solve_with_stages(
             rtol=setup.rtol,
             atol=setup.atol,
             max_steps=max_steps,
-            meter_factory=meter_factory,
-            counters=lambda seg_stats, solver_state: {
-                "num_grad_evals": _count_grad_evals(
-                    solver_obj, seg_stats, solver_state
-                ),
-                "num_hvps": _count_hvps(solver_obj, solver_state),
-            },
+            meter_factory=_meter_factory(progress, t1),
+            counters=_counters(solver_obj),
+            checkpoint=checkpoint,
+            checkpoint_state=(get_state, set_state),
         )
     saved = sol.saved
     keep = np.isfinite(np.asarray(saved["loss"]))
@@ -281,22 +307,8 @@ def solve_with_stages(
     # event conditions' own gradients (one per step and per bisection
     # iteration) are not counted: this is the vector field's count.
     stats.update(sol.counts)
+    stats["resumed_from"] = sol.resumed_from
     stats["wall_time"] = time.perf_counter() - setup.start
-    settings = {
-        **setup.settings,
-        "stages": True,
-        "thresholds": {
-            k: getattr(thresholds, k)
-            for k in (
-                "escape_speed",
-                "entry_speed",
-                "focus_rate",
-                "direction_rate",
-                "direction_ratio",
-            )
-        },
-        "events": [e.name for e in user_events],
-    }
     params_saved = saved.pop("params")
     extras = {
         k: np.asarray(v) for k, v in saved.items() if k not in ("loss", "grad_norm")
@@ -313,7 +325,7 @@ def solve_with_stages(
         if event_arrays["t"]
         else np.zeros((0, params0.m, d))
     )
-    return Trajectory(
+    traj = Trajectory(
         ts=ts_out,
         loss=saved["loss"],
         grad_norm=saved["grad_norm"],
@@ -327,3 +339,6 @@ def solve_with_stages(
         events=tuple(detector.events),
         extras=extras,
     )
+    if sol.interrupted:
+        raise _interrupted(traj, checkpoint)
+    return traj

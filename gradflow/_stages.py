@@ -29,6 +29,7 @@ located during the solve ([`gradflow.integrate_stages`][]) or by sampled curves
 ([`gradflow.detect_stages`][]).
 """
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -207,6 +208,30 @@ class StageDetector:
         self.open: dict[str, dict] = {}
         if loss0 > 0.5 * (log_d + unigram):
             self._open("condensation", t0, loss0, [])
+
+    # -- checkpoints -----------------------------------------------------------
+
+    _STATE = (
+        "stages",
+        "events",
+        "in_saddle",
+        "cycle",
+        "focus_token",
+        "direction_index",
+        "open",
+    )
+
+    def state_dict(self) -> dict:
+        """The detector's mutable state, JSON-able (for checkpoints)."""
+        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores a state from [`StageDetector.state_dict`][]."""
+        missing = [k for k in self._STATE if k not in state]
+        if missing:
+            raise ValueError(f"stage detector state lacks {missing}")
+        for k in self._STATE:
+            setattr(self, k, copy.deepcopy(state[k]))
 
     # -- records ---------------------------------------------------------------
 

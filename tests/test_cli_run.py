@@ -5,7 +5,13 @@ module costs one compilation.
 """
 
 import csv
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -142,3 +148,80 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "row 0 of transition matrix P sums to" in capsys.readouterr().err
     assert main(["run", "--init-scale", "-1", "--out", str(tmp_path)]) == 2
     assert "init_scale must be finite and > 0, got -1.0" in capsys.readouterr().err
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "gradflow.cli", *map(str, args)]
+
+
+# The killed run is slowed down (chunks of 25 steps, 50 ms pause each) so that
+# the kill lands in the middle of the solve; chunking changes nothing in the
+# result (tests/test_checkpoint.py), so the resumed run uses the normal CLI.
+_SLOW_CLI = (
+    "import sys, time, gradflow._events as e; real = e._segment; "
+    "e.CHUNK_STEPS = 25; "
+    "e._segment = lambda *a, **k: (time.sleep(0.05), real(*a, **k))[1]; "
+    "from gradflow.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
+    """Done means (issue 7): kill `gradflow run --checkpoint ck` at a random
+    moment with SIGKILL, run it again, get the same figures and a final state
+    within 1e-9 of an uninterrupted run (here: bit for bit)."""
+    env = dict(os.environ)
+    common = ["run", "--t1", "3000", "--no-progress"]
+    ck = tmp_path / "ck.npz"
+    killed = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_CLI, *common, "--checkpoint", ck]
+        + ["--checkpoint-every", "0", "--out", tmp_path / "killed", "--no-figures"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not ck.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(np.random.default_rng().uniform(0.0, 1.0))
+    killed.kill()
+    _, err = killed.communicate()
+    assert killed.returncode == -signal.SIGKILL, err.decode()
+    t_killed = gf._checkpoint.read_npz_with_meta(ck, "gradflow-checkpoint")[0]["state"]
+    assert 0 < t_killed["t_now"] < 3000
+
+    resumed = subprocess.run(
+        _cli(*common, "--checkpoint", ck, "--out", tmp_path / "resumed"),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from the checkpoint at t = " in resumed.stdout
+    # The uninterrupted run, in this process (its solve is compiled already).
+    assert main([*common, "--out", str(tmp_path / "fresh"), "--no-figures"]) == 0
+
+    a = gf.load(tmp_path / "fresh" / "trajectory.npz")
+    b = gf.load(tmp_path / "resumed" / "trajectory.npz")
+    assert a.ok and b.ok and b.stats["resumed_from"] > 0
+    np.testing.assert_array_equal(a.ts, b.ts)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a.stages == b.stages and a.events == b.events
+    for stem in ("summary", "embeddings_pca", "attention"):
+        assert (tmp_path / "resumed" / f"{stem}.png").stat().st_size > 10_000
+    assert (tmp_path / "resumed" / "stages.csv").read_text() == (
+        tmp_path / "fresh" / "stages.csv"
+    ).read_text()
+
+
+def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
+    out = tmp_path / "partial"
+    code = main(
+        ["run", "--t1", "300", "--max-steps", "60", "--out", str(out), "--no-progress"]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "maximum number of steps (60)" in err and "partial trajectory" in err
+    traj = gf.load(out / "trajectory.npz")
+    assert not traj.ok and 0 < traj.t_final < 300
