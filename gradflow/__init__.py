@@ -23,6 +23,7 @@ from ._chain import (  # noqa: E402
     entropy_bounds as entropy_bounds,
     stationary_distribution as stationary_distribution,
 )
+from ._checkpoint import Interrupted as Interrupted  # noqa: E402
 from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
 from ._diagnostics import (  # noqa: E402
     attention_entropy as attention_entropy,
