@@ -1,6 +1,11 @@
 """`gradflow sgd`: train the finite-context model with SGD on a chain or a text,
 optionally next to the population flow from the same start.
 
+Exit codes: 0 for a finished run; 1 when the run failed (a non-finite loss: the
+partial run is saved to `--out` and the message printed); 2 for bad input
+(one line on stderr); 130 when interrupted (Ctrl-C: the partial run is saved
+to `--out`, the checkpoint, if any, resumes it).
+
 Also home of the text options shared with `gradflow run`:
 [`add_text_arguments`][] and [`chain_from_text_args`][].
 """
@@ -144,6 +149,22 @@ def register(subparsers) -> None:
         default=None,
         help="with --flow: write the comparison figure (PATH.png and .pdf)",
     )
+    o.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        default=None,
+        help="checkpoint file (.npz) of the SGD run: written every "
+        "--checkpoint-every seconds, at the end and on Ctrl-C; if it exists, the "
+        "run resumes from it (the same command continues to the same result). "
+        "With --flow, the flow is not checkpointed",
+    )
+    o.add_argument(
+        "--checkpoint-every",
+        metavar="SECONDS",
+        type=float,
+        default=120.0,
+        help="seconds between checkpoint writes (default 120)",
+    )
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     o.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=main)
@@ -178,10 +199,30 @@ def main(args: argparse.Namespace) -> int:
             optimizer=optimizer,
             progress=not args.no_progress,
             dtype=args.dtype,
+            checkpoint=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"gradflow sgd: error: {e}", file=sys.stderr)
         return 2
+    except gf.Interrupted as e:
+        # The message starts "interrupted at step k of n (t = ...)"; the rest
+        # speaks of Python arguments, so say the same for the command line.
+        where = [e.result.message.split(";")[0]]
+        if args.out:
+            where.append(f"partial run saved to {e.result.save(Path(args.out))}")
+        else:
+            where.append("partial run not saved (no --out)")
+        if e.checkpoint is not None:
+            where.append(f"checkpoint {e.checkpoint}: run the same command to resume")
+        else:
+            where.append("not resumable (no --checkpoint)")
+        print("gradflow sgd: " + "; ".join(where), file=sys.stderr)
+        return 130
+    if not run.ok:
+        saved = f"; partial run saved to {run.save(Path(args.out))}" if args.out else ""
+        print(f"gradflow sgd: run failed: {run.message}{saved}", file=sys.stderr)
+        return 1
     summary = {
         "run": repr(run),
         "final_population_loss": float(run.population_loss[-1]),
@@ -192,13 +233,18 @@ def main(args: argparse.Namespace) -> int:
     if args.out:
         summary["saved"] = str(run.save(Path(args.out)))
     if args.flow:
-        traj = gf.integrate(
-            chain,
-            params=params0,
-            t1=float(run.ts[-1]),
-            ts=run.ts,
-            progress=not args.no_progress,
-        )
+        try:
+            traj = gf.integrate(
+                chain,
+                params=params0,
+                t1=float(run.ts[-1]),
+                ts=run.ts,
+                progress=not args.no_progress,
+            )
+        except KeyboardInterrupt:
+            saved = f"; the SGD run is saved to {summary['saved']}" if args.out else ""
+            print(f"gradflow sgd: interrupted during the flow{saved}", file=sys.stderr)
+            return 130
         cmp = gf.compare(traj, run)
         summary["compare"] = cmp.summary()
         if args.figure:

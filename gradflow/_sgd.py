@@ -13,8 +13,12 @@ new chain or corpus of the same size reuses the compiled step):
   without replacement each step.
 """
 
+import functools
 import math
+import os
+import re
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,17 @@ import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._chain import MarkovChain
+from ._checkpoint import (
+    DEFAULT_EVERY,
+    Checkpointer,
+    Interrupted,
+    _digest,
+    check_every,
+    check_path,
+    deferred_interrupt,
+    pack_tree,
+    unpack_tree,
+)
 from ._integrate import (
     _check_positive_finite,
     _resolve_dtype,
@@ -271,9 +286,12 @@ class SGDRun(eqx.Module):
     - `params`: [`gradflow.Params`][] with a leading time axis.
     - `chain`: the chain sampled from, or for text the bigram chain of the
       corpus.
-    - `settings`, `stats` (`num_steps`, `wall_time`, `steps_per_second`),
-      `ok`, `message`, `stages`, `events`, `extras`: as in
-      [`gradflow.Trajectory`][].
+    - `settings`, `stats`, `ok`, `message`, `stages`, `events`, `extras`: as
+      in [`gradflow.Trajectory`][]. `stats` holds `num_steps` (steps done in
+      all), `steps_run`, `wall_time` and `steps_per_second` (of this call:
+      less than `num_steps` when it resumed from a checkpoint),
+      `resumed_from_step` (`None` for a fresh run), `checkpoint` and
+      `checkpoint_writes`.
     """
 
     ts: np.ndarray
@@ -359,6 +377,167 @@ def _attach_stages(run: SGDRun) -> SGDRun:
     )
 
 
+# ------------------------------------------------------------------ checkpoints
+
+# Entries recorded by `_describe_optimizer` at most (a closure could hold a
+# large structure; the fingerprint needs the hyperparameters, not everything).
+_MAX_DESCRIBED = 400
+
+
+def _describe_optimizer(obj, path: str = "", out=None, seen=None, depth: int = 0):
+    """What an Optax transformation is made of, as `{path: value}`: the names of
+    its functions and the numbers, strings and small arrays their closures hold
+    (learning rates, momenta, a schedule's parameters), found by walking the
+    closures. Unlike `repr(optimizer)`, which holds memory addresses, this is
+    the same in every process, so a checkpoint can compare it."""
+    out = {} if out is None else out
+    seen = set() if seen is None else seen
+    if depth > 16 or len(out) >= _MAX_DESCRIBED:
+        return out
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        out[path] = obj
+        return out
+    if isinstance(obj, (type, np.dtype)):  # a class or a dtype: its name
+        out[path] = str(obj)
+        return out
+    if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
+        a = np.asarray(obj)
+        out[path] = a.tolist() if a.size <= 16 else f"sha256:{_digest(a)}"
+        return out
+    if id(obj) in seen:
+        return out
+    seen.add(id(obj))
+    join = (lambda name: f"{path}.{name}") if path else (lambda name: name)
+    if isinstance(obj, functools.partial):
+        obj = (obj.func, obj.args, obj.keywords)
+    if isinstance(obj, types.MethodType):
+        out[f"{path}()"] = obj.__qualname__
+        obj = obj.__func__
+    if isinstance(obj, types.FunctionType):
+        out[f"{path}()"] = obj.__qualname__
+        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            _describe_optimizer(value, join(name), out, seen, depth + 1)
+        for i, value in enumerate(obj.__defaults__ or ()):
+            _describe_optimizer(value, join(f"default{i}"), out, seen, depth + 1)
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
+        for name in obj._fields:
+            _describe_optimizer(getattr(obj, name), join(name), out, seen, depth + 1)
+    elif isinstance(obj, (tuple, list)):
+        for i, value in enumerate(obj):
+            _describe_optimizer(value, f"{path}[{i}]", out, seen, depth + 1)
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=str):
+            _describe_optimizer(obj[key], f"{path}[{key!r}]", out, seen, depth + 1)
+    else:
+        out[path] = type(obj).__qualname__
+    return out
+
+
+def _optimizer_repr(optimizer) -> str:
+    """`repr(optimizer)` without memory addresses (which differ between
+    processes), at most 200 characters: `settings["optimizer"]`."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(optimizer))[:200]
+
+
+def _fingerprint(settings, optimizer, opt, params0, source, chain, steps):
+    """The `(settings, inputs)` a checkpoint of this call must match."""
+    settings = dict(settings)
+    if optimizer is not None:
+        # `settings["optimizer"]` names only the outer function of most Optax
+        # optimizers (`chain`): compare what the optimizer is made of and the
+        # structure of its state as well.
+        described = _describe_optimizer(optimizer)
+        settings.update({f"optimizer {k}": v for k, v in described.items()})
+        state = jax.eval_shape(opt.init, params0)
+        settings["optimizer state"] = str(jax.tree.structure(state))
+        for key, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+            name = f"optimizer state{jax.tree_util.keystr(key)}"
+            settings[name] = f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}"
+    inputs = {
+        "chain.P": chain.P,
+        "chain.pi": chain.pi,
+        "save steps": steps,
+        **{f"params0.{n}": getattr(params0, n) for n in _PARAM_NAMES},
+    }
+    if isinstance(source, TokenStream):
+        inputs["text ids"] = source.ids
+    return settings, inputs
+
+
+def _checkpoint_state(done, saved, train, total, count, params, opt_state, key, end):
+    """The loop's state as `(meta, arrays)` for `Checkpointer.write`. `end` is
+    `None` while running, else `(ok, message)`. Everything the next steps
+    depend on is here; the data do not need to be, since step `k` draws with
+    `fold_in(key, k)` from a key made from `seed`."""
+    meta = {
+        "done": int(done),
+        "num_saved": len(saved),
+        "count": int(count),
+        "finished": end is not None,
+        "ok": True if end is None else bool(end[0]),
+        "message": "" if end is None else end[1],
+    }
+    stacked = jax.tree.map(lambda *xs: np.stack(xs), *saved)
+    arrays = {
+        **pack_tree("params", params),
+        **pack_tree("opt_state", opt_state),
+        **pack_tree("saved", stacked),
+        "train_loss": np.asarray(train, dtype=np.float64),
+        "partial_sum": np.asarray(total, dtype=np.float64),
+        "key_data": np.asarray(jax.random.key_data(key)),
+    }
+    return meta, arrays
+
+
+def _restore(ckpt, steps, params0, opt_state, key):
+    """The loop's state read back from `ckpt` (see `_checkpoint_state`), checked
+    for consistency; a `ValueError` naming the file if it is not."""
+    meta, arrays = ckpt.state
+    try:
+        done, num_saved, count = meta["done"], meta["num_saved"], meta["count"]
+        if not all(isinstance(x, int) for x in (done, num_saved, count)):
+            raise ValueError("non-integer step counts")
+        if not 1 <= num_saved <= steps.size:
+            raise ValueError(f"{num_saved} saves for a grid of {steps.size}")
+        last = int(steps[num_saved - 1])
+        if meta["finished"]:
+            if done < last:
+                raise ValueError(f"a finished run at step {done} < {last}")
+        elif num_saved == steps.size or not (
+            last <= done < steps[num_saved] and done - last == count
+        ):
+            raise ValueError(
+                f"step {done} with {count} steps since the save at step {last}"
+            )
+        if not np.array_equal(arrays["key_data"], jax.random.key_data(key)):
+            raise ValueError("its random key is not the one this call derives")
+        train = [float(x) for x in arrays["train_loss"]]
+        if len(train) != num_saved:
+            raise ValueError(f"{len(train)} train losses for {num_saved} saves")
+        like = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((num_saved, *x.shape), x.dtype), params0
+        )
+        stacked = unpack_tree("saved", arrays, like)
+        saved = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_saved)]
+        params = jax.tree.map(jnp.asarray, unpack_tree("params", arrays, params0))
+        opt_state = jax.tree.map(
+            jnp.asarray, unpack_tree("opt_state", arrays, opt_state)
+        )
+        total = float(arrays["partial_sum"])
+        end = (bool(meta["ok"]), str(meta["message"])) if meta["finished"] else None
+    except (KeyError, TypeError, ValueError) as e:
+        what = f"missing {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(
+            f"checkpoint '{ckpt.path}' is inconsistent ({what}); delete it to start "
+            "afresh"
+        ) from None
+    return done, saved, train, total, count, params, opt_state, end
+
+
 # ------------------------------------------------------------------- train_sgd
 
 
@@ -413,6 +592,8 @@ def train_sgd(
     ts=None,
     progress: bool = True,
     dtype: str = "float64",
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: float = DEFAULT_EVERY,
 ) -> SGDRun:
     r"""Trains the finite-context model (SPEC section 2) with Optax and logs it on
     the flow's time axis.
@@ -441,13 +622,34 @@ def train_sgd(
       log grid.
     - `progress`: a tqdm bar (shown after 2 s); `dtype`: `"float64"` or
       `"float32"`.
+    - `checkpoint`: a file path (`.npz`) or `None`. The state of the run
+      (step, parameters, optimizer state, saves so far) is written there
+      atomically every `checkpoint_every` seconds of wall time, when the run
+      ends (finished or failed) and when it is interrupted. If the file exists,
+      the run resumes from it and ends at the same result, bit for bit, as an
+      uninterrupted run; a finished checkpoint returns its result without
+      taking a step. A checkpoint written by a different call (other
+      settings, chain, text, start, save times or optimizer) is refused.
+    - `checkpoint_every`: seconds between periodic checkpoint writes (default
+      120; `0` writes after every chunk of steps).
 
     **Returns:** a [`gradflow.SGDRun`][]. If the loss becomes non-finite the run
     stops: `ok` is `False` and `message` says where and what to change.
+    `stats["resumed_from_step"]` is the step a checkpoint resumed from (`None`
+    for a fresh run) and `stats["steps_run"]` the steps taken by this call.
 
-    **Raises:** `ValueError`/`TypeError` naming the argument and its value
-    (`lr <= 0`, `context < 1`, `batch_size < 1`, a corpus shorter than
-    `context + 1`, ...), before anything is compiled.
+    **Raises:**
+
+    - `ValueError`/`TypeError` naming the argument and its value (`lr <= 0`,
+      `context < 1`, `batch_size < 1`, a corpus shorter than `context + 1`,
+      `checkpoint` a folder, ...), before anything is compiled;
+    - `ValueError` naming the file if `checkpoint` is unreadable, was written
+      by another call (listing each differing setting with both values, or the
+      differing input) or by `gradflow.integrate`, also before compiling;
+    - [`gradflow.Interrupted`][] (a `KeyboardInterrupt`) on Ctrl-C: the run
+      stops after the current chunk of steps, writes its checkpoint and
+      carries the partial run (`ok=False`) in `.result`. A second Ctrl-C
+      aborts at once with a plain `KeyboardInterrupt`.
 
     **Example:**
 
@@ -496,47 +698,80 @@ def train_sgd(
             "optimizer must be an optax.GradientTransformation, got "
             f"{type(optimizer).__name__}"
         )
+    checkpoint = check_path(checkpoint)
+    checkpoint_every = check_every(checkpoint_every)
     params0, init_scale, width = initial_point(
         chain, init_scale, params, width, seed, jdtype
     )
     steps = sgd_save_steps(ts, lr, t1)
+    settings = {
+        "source": kind if kind == "chain" else f"text:{source.source}",
+        "width": int(width),
+        "init_scale": None if init_scale is None else float(init_scale),
+        "seed": int(seed),
+        "context": context,
+        "batch_size": batch_size,
+        "lr": lr,
+        "t1": t1,
+        "num_sequences": num_sequences,
+        "optimizer": "sgd" if optimizer is None else _optimizer_repr(optimizer),
+        "dtype": np.dtype(jdtype).name,
+        "num_saves": int(steps.size),
+    }
+    opt = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
+    ckpt = None
+    if checkpoint is not None:
+        # Reads an existing file: a checkpoint of another call is refused here,
+        # before anything is compiled.
+        fp_settings, fp_inputs = _fingerprint(
+            settings, optimizer, opt, params0, source, chain, steps
+        )
+        ckpt = Checkpointer(
+            checkpoint, "train_sgd", fp_settings, fp_inputs, checkpoint_every
+        )
 
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
     sample_key, step_key = jax.random.split(data_key)
     chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
-    if kind == "chain":
-        sampler = ChainSampler(chain_dt, context)
-    else:
-        sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
-    if num_sequences is not None:
-        sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
-
+    opt_state = opt.init(params0)
     if optimizer is None:
-        opt = _DEFAULT_OPTIMIZER
-        opt_state = opt.init(params0)
         opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
-    else:
-        opt = optimizer
-        opt_state = opt.init(params0)
 
-    saved = [params0]
-    train = [float(_first_batch_loss(params0, step_key, sampler, batch_size))]
-    params_now, done = params0, 0
-    ok, message = True, ""
+    if ckpt is not None and ckpt.state is not None:
+        done, saved, train, total, count, params_now, opt_state, end = _restore(
+            ckpt, steps, params0, opt_state, step_key
+        )
+        resumed_from = done
+    else:
+        done, count, total, end = 0, 0, 0.0, None
+        saved, train, params_now = [params0], [], params0
+        resumed_from = None
+    ok, message = (True, "") if end is None else end
+    was_finished, resumed_done, interrupted = end is not None, done, False
+    if not train or (end is None and len(saved) < steps.size):
+        if kind == "chain":
+            sampler = ChainSampler(chain_dt, context)
+        else:
+            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
+        if num_sequences is not None:
+            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
+        if not train:
+            train = [float(_first_batch_loss(params0, step_key, sampler, batch_size))]
     import tqdm
 
     bar = tqdm.tqdm(
         total=int(steps[-1]),
+        initial=done,
         delay=2.0,
         disable=not progress,
         desc="gradflow sgd",
         unit="step",
     )
     try:
-        for target in steps[1:]:
-            total, count = 0.0, 0
-            while done < target:
-                n = int(min(_CHUNK, target - done))
+        with deferred_interrupt() as flag:
+            while end is None and len(saved) < steps.size:
+                target = int(steps[len(saved)])
+                n = min(_CHUNK, target - done)
                 params_now, opt_state, chunk_sum = _advance(
                     params_now,
                     opt_state,
@@ -551,45 +786,68 @@ def train_sgd(
                 count += n
                 done += n
                 bar.update(n)
-            finite = all(
-                bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)
-            )
-            if not (math.isfinite(total) and finite):
-                ok = False
-                message = (
-                    "the mini-batch loss or the parameters became non-finite "
-                    "between steps "
-                    f"{done - count} and {done} (t <= {done * lr:.6g}); lower lr "
-                    f"(now {lr}) or init_scale"
-                )
-                break
-            saved.append(params_now)
-            train.append(total / count)
+                if done == target:
+                    finite = all(
+                        bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)
+                    )
+                    if not (math.isfinite(total) and finite):
+                        ok = False
+                        message = (
+                            "the mini-batch loss or the parameters became non-finite "
+                            f"between steps {done - count} and {done} (t <= "
+                            f"{done * lr:.6g}); lower lr (now {lr}) or init_scale"
+                        )
+                        break
+                    saved.append(params_now)
+                    train.append(total / count)
+                    total, count = 0.0, 0
+                if flag.requested and len(saved) < steps.size:
+                    interrupted = True
+                    break
+                if ckpt is not None and ckpt.due():
+                    state = (done, saved, train, total, count, params_now, opt_state)
+                    ckpt.write(*_checkpoint_state(*state, step_key, None))
     finally:
         bar.close()
+    if ckpt is not None and not was_finished:
+        # Always at the end (finished, failed or interrupted). A failed run is
+        # recorded as finished, so that running the call again returns the
+        # failure instead of repeating it.
+        state = (done, saved, train, total, count, params_now, opt_state)
+        end = None if interrupted else (ok, message)
+        ckpt.write(*_checkpoint_state(*state, step_key, end))
 
+    if interrupted:
+        ok = False
+        message = (
+            f"interrupted at step {done} of {int(steps[-1])} (t = {done * lr:.6g})"
+            + (
+                f"; the checkpoint '{ckpt.path}' resumes it: run the same call "
+                "again with the same checkpoint"
+                if ckpt is not None
+                else "; pass checkpoint=PATH (gradflow sgd: --checkpoint PATH) to "
+                "make a run resumable"
+            )
+        )
+    steps_saved = steps[: len(saved)]
+    if interrupted and count > 0 and math.isfinite(total):
+        if all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)):
+            # Keep what was computed since the last save: the iterate at the
+            # interruption (off the save grid) and the mean loss up to it.
+            saved.append(params_now)
+            train.append(total / count)
+            steps_saved = np.append(steps_saved, done)
     params_saved = jax.tree.map(lambda *xs: jnp.stack(xs), *saved)
     pop_loss, grad_norm = population_observables(params_saved, chain_dt)
-    steps_saved = steps[: len(saved)]
     wall = time.perf_counter() - start_time
-    settings = {
-        "source": kind if kind == "chain" else f"text:{source.source}",
-        "width": int(width),
-        "init_scale": None if init_scale is None else float(init_scale),
-        "seed": int(seed),
-        "context": context,
-        "batch_size": batch_size,
-        "lr": lr,
-        "t1": t1,
-        "num_sequences": num_sequences,
-        "optimizer": "sgd" if optimizer is None else repr(optimizer)[:200],
-        "dtype": np.dtype(jdtype).name,
-        "num_saves": int(steps.size),
-    }
     stats = {
         "num_steps": int(done),
+        "steps_run": int(done - resumed_done),
+        "resumed_from_step": resumed_from,
         "wall_time": wall,
-        "steps_per_second": done / wall if wall > 0 else float("nan"),
+        "steps_per_second": (done - resumed_done) / wall if wall > 0 else float("nan"),
+        "checkpoint": None if ckpt is None else str(ckpt.path),
+        "checkpoint_writes": 0 if ckpt is None else ckpt.num_writes,
     }
     run = SGDRun(
         ts=steps_saved.astype(np.float64) * lr,
@@ -604,7 +862,14 @@ def train_sgd(
         ok=ok,
         message=message,
     )
-    return _attach_stages(run)
+    run = _attach_stages(run)
+    if interrupted:
+        raise Interrupted(
+            f"gradflow.train_sgd: {message}",
+            result=run,
+            checkpoint=None if ckpt is None else ckpt.path,
+        )
+    return run
 
 
 __all__ = [
