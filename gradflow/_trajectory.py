@@ -211,34 +211,38 @@ def read_npz_with_meta(
     """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
     error for a missing, truncated, foreign or too-new file."""
     path = Path(path)
+    what = expected_format.removeprefix("gradflow-")
     if not path.exists():
         raise FileNotFoundError(f"no such file: '{path}'")
     if path.is_dir():
-        raise ValueError(
-            f"'{path}' is a directory, not a gradflow {expected_format} file"
-        )
+        raise ValueError(f"'{path}' is a directory, not a gradflow {what} file")
     try:
         raw = path.read_bytes()
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except Exception as e:
         raise ValueError(
-            f"'{path}' is not a gradflow {expected_format} file (it could not be "
+            f"'{path}' is not a gradflow {what} file (it could not be "
             f"read as a NumPy .npz archive: {type(e).__name__}: {e}); it may be "
             "truncated or of another format"
         ) from None
     if "__gradflow__" not in arrays:
         raise ValueError(
-            f"'{path}' is not a gradflow {expected_format} file (no gradflow metadata)"
+            f"'{path}' is not a gradflow {what} file (no gradflow metadata)"
         )
     try:
         meta = json.loads(str(arrays.pop("__gradflow__")))
     except json.JSONDecodeError as e:
         raise ValueError(f"'{path}' has corrupt gradflow metadata: {e}") from None
     if meta.get("format") != expected_format:
+        found = str(meta.get("format")).removeprefix("gradflow-")
+        hint = {
+            "trajectory": "gf.load",
+            "sgd": "gf.load_sgd",
+        }.get(found)
         raise ValueError(
-            f"'{path}' is a gradflow {meta.get('format')!r} file, not a "
-            f"{expected_format!r} file"
+            f"'{path}' is a gradflow {found} file, not a gradflow {what} file"
+            + (f"; read it with {hint}" if hint else "")
         )
     return meta, arrays
 

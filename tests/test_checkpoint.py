@@ -183,7 +183,7 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
     reference[False].save(not_ck)
     with pytest.raises(
         ValueError,
-        match="is a gradflow 'gradflow-trajectory' file, not a 'gradflow-checkpoint'",
+        match="is a gradflow trajectory file, not a gradflow checkpoint file",
     ):
         gf.integrate(CHAIN, SCALE, checkpoint=not_ck, **KW)
     good = tmp_path / "good.npz"

@@ -207,7 +207,7 @@ def test_load_errors(tmp_path, condensation):
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     with pytest.raises(
-        ValueError, match="notes.txt' is not a gradflow gradflow-trajectory file"
+        ValueError, match="notes.txt' is not a gradflow trajectory file"
     ):
         gf.load(text)
     foreign = tmp_path / "foreign.npz"

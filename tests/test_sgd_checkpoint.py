@@ -21,7 +21,7 @@ import pytest
 
 import gradflow as gf
 import gradflow._sgd as sgd_module
-from gradflow._checkpoint import Checkpointer
+from gradflow._checkpoint import FORMAT_NAME, Checkpointer
 from gradflow._trajectory import read_npz_with_meta
 from gradflow.cli import main
 
@@ -114,7 +114,7 @@ def _assert_same_run(a, b):
 
 
 def _state(path):
-    meta, arrays = read_npz_with_meta(path, "checkpoint")
+    meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
     return meta["state"], arrays
 
 
@@ -167,7 +167,7 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
     _assert_same_run(run, ref)
 
     path.write_bytes(saved)
-    meta, arrays = read_npz_with_meta(path, "checkpoint")
+    meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
     assert any(np.any(v != 0) for k, v in arrays.items() if k.startswith("opt_state/"))
     for k in arrays:
         if k.startswith("opt_state/"):
@@ -320,7 +320,7 @@ def test_inconsistent_checkpoint_names_the_file(tmp_path, finished_checkpoint):
     """A checkpoint with the right fingerprint but a state that does not fit
     the call (here: more saves than the grid has) is refused, not trusted."""
     path = tmp_path / "odd.ckpt.npz"
-    meta, arrays = read_npz_with_meta(finished_checkpoint, "checkpoint")
+    meta, arrays = read_npz_with_meta(finished_checkpoint, FORMAT_NAME)
     meta["state"]["num_saved"] = 12
     np.savez(path, __gradflow__=np.array(json.dumps(meta)), **arrays)
     with pytest.raises(
