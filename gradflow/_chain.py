@@ -9,6 +9,7 @@ import numpy as np
 from jax.scipy.special import xlogy
 
 from ._custom_types import ArrayLikeMatrix, Distribution, Scalar, Transition
+from ._errors import is_number, show
 
 
 _ROW_SUM_ATOL = 1e-8
@@ -24,6 +25,10 @@ def _describe_list(items: Sequence, limit: int = _MAX_LISTED) -> str:
 
 def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
     """Converts to a float64 NumPy matrix, rejecting what is not a real matrix."""
+    if P is None:
+        raise TypeError(
+            "transition matrix P must be a d x d array of probabilities, got None"
+        )
     try:
         array = np.asarray(P)
     except Exception as e:  # ragged lists and the like
@@ -197,18 +202,50 @@ def stationary_distribution(P: np.ndarray) -> np.ndarray:
 
 
 def _check_known_pi(pi: ArrayLikeMatrix, P: np.ndarray) -> np.ndarray:
-    pi = np.asarray(pi, dtype=np.float64)
+    try:
+        pi = np.asarray(pi, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"pi must be an array of {P.shape[0]} probabilities, got {show(pi)}"
+        ) from None
     if pi.shape != (P.shape[0],):
         raise ValueError(f"pi must have shape ({P.shape[0]},), got {pi.shape}")
     if not (np.all(np.isfinite(pi)) and np.all(pi > 0)):
-        raise ValueError(f"pi must be finite and > 0, got min {pi.min()!r}")
+        k = int(np.flatnonzero(~(np.isfinite(pi) & (pi > 0)))[0])
+        raise ValueError(f"pi must be finite and > 0, got pi[{k}] = {float(pi[k])!r}")
     residual = float(np.max(np.abs(pi @ P - pi)))
     if abs(pi.sum() - 1) > 1e-12 or residual > 1e-12:
         raise ValueError(
-            f"pi is not the stationary distribution of P: sum(pi) = {pi.sum()!r}, "
-            f"max |pi P - pi| = {residual:.3g}"
+            f"pi is not the stationary distribution of P: sum(pi) = "
+            f"{float(pi.sum())!r}, max |pi P - pi| = {residual:.3g}"
         )
     return pi
+
+
+def _check_tokens(tokens, d: int) -> tuple[str, ...]:
+    if isinstance(tokens, str):
+        raise TypeError(
+            f"tokens must be a sequence of strings, got one string {show(tokens)}"
+        )
+    try:
+        tokens = tuple(str(t) for t in tokens)
+    except TypeError:
+        raise TypeError(
+            f"tokens must be a sequence of strings, got {type(tokens).__name__}"
+        ) from None
+    if len(tokens) != d:
+        raise ValueError(
+            f"got {len(tokens)} token labels for a chain of d = {d} tokens"
+        )
+    first: dict[str, int] = {}
+    for k, t in enumerate(tokens):
+        if t in first:
+            raise ValueError(
+                f"tokens must be distinct, but {t!r} labels both token {first[t]} "
+                f"and token {k}"
+            )
+        first[t] = k
+    return tokens
 
 
 class MarkovChain(eqx.Module):
@@ -236,7 +273,9 @@ class MarkovChain(eqx.Module):
     `ValueError` naming the problem and the offending value: non-finite or
     negative entry, a row that does not sum to one, not 2-D, not square,
     $d < 2$, empty, reducible (listing the communicating classes) or periodic
-    (giving the period). `TypeError` for strings, objects, complex or booleans.
+    (giving the period); `pi` given but not stationary; duplicate or too
+    few/many `tokens`. `TypeError` for `None`, strings, objects, complex or
+    booleans. Each message is one line (see `docs/errors.md`).
 
     **Example:**
 
@@ -259,20 +298,17 @@ class MarkovChain(eqx.Module):
         atol: float = _ROW_SUM_ATOL,
         pi: ArrayLikeMatrix | None = None,
     ):
-        matrix = _validate_transition(P, atol)
+        if not is_number(atol) or not (math.isfinite(float(atol)) and atol >= 0):
+            raise ValueError(
+                f"atol must be a finite number >= 0, got atol = {show(atol)}"
+            )
+        matrix = _validate_transition(P, float(atol))
         if pi is None:
             pi = stationary_distribution(matrix)
         else:
             pi = _check_known_pi(pi, matrix)
         if tokens is not None:
-            if isinstance(tokens, str):
-                raise TypeError("tokens must be a sequence of strings, got one string")
-            tokens = tuple(str(t) for t in tokens)
-            if len(tokens) != matrix.shape[0]:
-                raise ValueError(
-                    f"got {len(tokens)} token labels for a chain of d = "
-                    f"{matrix.shape[0]} tokens"
-                )
+            tokens = _check_tokens(tokens, matrix.shape[0])
         self.P = jnp.asarray(matrix, dtype=jnp.float64)
         self.pi = jnp.asarray(pi, dtype=jnp.float64)
         self.tokens = tokens

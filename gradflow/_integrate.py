@@ -24,7 +24,14 @@ from ._checkpoint import (
     check_path,
     pack_tree,
 )
-from ._model import Params, _check_init_scale, init_params, population_loss
+from ._errors import is_number, show
+from ._model import (
+    Params,
+    _check_init_scale,
+    _check_seed,
+    init_params,
+    population_loss,
+)
 from ._progress import DelayedTqdmProgressMeter, shared_progress_bar
 from ._trajectory import Trajectory
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
@@ -108,16 +115,15 @@ def _resolve_solver(solver) -> tuple[dfx.AbstractSolver, str]:
 def _check_positive_finite(name: str, value, integer: bool = False):
     if integer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer, got {value!r}")
+            raise TypeError(f"{name} must be an integer, got {show(value)}")
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {name} = {value}")
         return int(value)
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if not is_number(value):
+        raise TypeError(f"{name} must be a number, got {show(value)}")
+    out = float(value)
     if not math.isfinite(out) or out <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {name} = {value!r}")
+        raise ValueError(f"{name} must be finite and > 0, got {name} = {show(value)}")
     return out
 
 
@@ -146,7 +152,12 @@ def _check_params(params, chain: MarkovChain, dtype) -> Params:
 
 
 def _check_ts(ts, t1: float) -> np.ndarray:
-    ts = np.asarray(ts, dtype=np.float64)
+    try:
+        ts = np.asarray(ts, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"ts must be an increasing array of times, got {show(ts)}"
+        ) from None
     if ts.ndim != 1 or ts.size == 0:
         raise ValueError(
             f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
@@ -167,9 +178,12 @@ def _check_ts(ts, t1: float) -> np.ndarray:
 
 
 def _resolve_dtype(dtype):
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    try:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    except TypeError:
+        name = None
     if name not in ("float64", "float32"):
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {show(dtype)}")
     return jnp.float64 if name == "float64" else jnp.float32
 
 
@@ -248,18 +262,106 @@ def _count_hvps(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | N
     return None
 
 
+# Diffrax results that mean a linear or nonlinear solve inside an implicit
+# solver failed (Lineax and Optimistix results, promoted into Diffrax's).
+_IMPLICIT_FAILURES = (
+    "singular",
+    "breakdown",
+    "stagnation",
+    "conlim",
+    "nonfinite_input",
+    "nonlinear_max_steps_reached",
+    "nonlinear_divergence",
+)
+
+
+def _result_name(result) -> str | None:
+    """The name of a Diffrax result (`"max_steps_reached"`, ...), if known."""
+    names = ("max_steps_reached", "nonfinite", "dt_min_reached", *_IMPLICIT_FAILURES)
+    for name in names:
+        item = getattr(dfx.RESULTS, name, None)
+        try:
+            if item is not None and bool(result == item):
+                return name
+        except Exception:  # not a Diffrax result
+            return None
+    return None
+
+
+def _result_text(result) -> str:
+    """Diffrax's own description of a result, first sentence, one line."""
+    try:
+        text = dfx.RESULTS[result]
+    except Exception:
+        text = str(result)
+    text = " ".join(text.split())
+    return text.split(". ")[0].rstrip(".") or "unknown failure"
+
+
 def _failure_message(result, t_reached: float, t1: float, max_steps: int) -> str:
-    text = str(getattr(result, "_value", result))
-    if result == dfx.RESULTS.max_steps_reached:
+    """One line: where the solve stopped, why, and what to change."""
+    where = f"the solver stopped at t = {t_reached:.6g} of t1 = {t1:.6g}"
+    name = _result_name(result)
+    if name == "max_steps_reached":
+        if t_reached > 0:
+            pace = (
+                f"mean step {t_reached / max_steps:.3g}, so about "
+                f"{max_steps * t1 / t_reached:.2g} steps would reach t1"
+            )
+        else:
+            pace = "no step was accepted"
         return (
-            f"the solver stopped at t = {t_reached:.6g} of t1 = {t1:.6g}: maximum "
-            f"number of steps ({max_steps}) reached. Raise max_steps, loosen "
-            "rtol/atol, or choose a stiff solver"
+            f"{where}: maximum number of steps ({max_steps}) reached ({pace}). "
+            "Raise max_steps or shorten t1; if the steps are tiny from the start, "
+            "init_scale is too large (a saturated softmax makes the flow stiff): try "
+            "a smaller one; otherwise loosen rtol/atol or use a stiff solver (the "
+            "default is one)"
+        )
+    if name in ("nonfinite", "dt_min_reached"):
+        return (
+            f"{where}: {_result_text(result)}. Non-finite values or a vanishing step "
+            "usually mean init_scale is too large or the tolerances too loose; try "
+            "a smaller init_scale, tighter rtol/atol, or dtype='float64'"
+        )
+    if name in _IMPLICIT_FAILURES:
+        return (
+            f"{where}: the implicit solver's inner solve failed "
+            f"({_result_text(result)}). Try the default solver "
+            f"({DEFAULT_SOLVER!r}) or an explicit one such as 'tsit5', or tighter "
+            "rtol/atol"
         )
     return (
-        f"the solver stopped at t = {t_reached:.6g} of t1 = {t1:.6g}: {text}. "
-        "Non-finite values usually mean init_scale is too large or the tolerances "
-        "too loose; try a smaller init_scale or tighter rtol/atol"
+        f"{where}: {_result_text(result)}. Try a smaller init_scale, tighter "
+        "rtol/atol, or another solver"
+    )
+
+
+def _check_descent(ts, loss, rtol: float) -> str:
+    r"""Checks that the saved loss never rises: along the exact flow
+    $dL/dt = -|\nabla L|^2 \le 0$. Returns `""`, or a one-line message
+    for `Trajectory.message` naming the first rise larger than the solver's
+    error allows (`10 * rtol` relative) and what to change.
+
+    A solve whose loss rises has lost the flow even though Diffrax reports
+    success; this is what happens from a large `init_scale`, where the softmax
+    starts saturated (see `docs/errors.md`).
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    ts = np.asarray(ts, dtype=np.float64)
+    if loss.size < 2:
+        return ""
+    rise = np.diff(loss)
+    allowed = 10 * rtol * np.maximum(1.0, np.abs(loss[:-1]))
+    bad = np.flatnonzero(rise > allowed)
+    if bad.size == 0:
+        return ""
+    i = int(bad[0])
+    return (
+        f"the loss rose from {loss[i]:.6g} at t = {ts[i]:.6g} to {loss[i + 1]:.6g} "
+        f"at t = {ts[i + 1]:.6g} ({bad.size} rises, the largest "
+        f"{float(rise.max()):.3g}), which the exact gradient flow never does: the "
+        "solve lost the flow. A large init_scale causes this (the softmax starts "
+        f"saturated): use an init_scale well below 1, or a tighter rtol (now {rtol:g})"
     )
 
 
@@ -330,10 +432,19 @@ def _prepare(
     t1 = _check_positive_finite("t1", t1)
     max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
     width = _check_positive_finite("width", width, integer=True)
+    seed = _check_seed(seed)
     solver_obj, solver_name = _resolve_solver(solver)
     ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
+    # Given tolerances are checked before the random start is drawn: nothing
+    # touches JAX until every argument has passed.
+    if rtol is not None:
+        rtol = _check_positive_finite("rtol", rtol)
+        if rtol >= 1:
+            raise ValueError(f"rtol must be < 1, got rtol = {rtol}")
+    if atol is not None:
+        atol = _check_positive_finite("atol", atol)
     params0, init_scale, width = initial_point(
         chain, init_scale, params, width, seed, jdtype
     )
@@ -347,10 +458,8 @@ def _prepare(
     default_rtol, default_atol = default_tolerances(
         jdtype, scale if scale > 0 else 1.0, solver_obj
     )
-    rtol = default_rtol if rtol is None else _check_positive_finite("rtol", rtol)
-    atol = default_atol if atol is None else _check_positive_finite("atol", atol)
-    if rtol >= 1:
-        raise ValueError(f"rtol must be < 1, got rtol = {rtol}")
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     if jdtype == jnp.float32 and rtol < 1e-6:
         warnings.warn(
             f"rtol = {rtol:g} is below what float32 can honour (about 1e-6); the "
@@ -596,6 +705,10 @@ def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
                     lambda a, b: np.concatenate([a, b[None]]), observed, last
                 )
                 ts_out = np.append(ts_out, sol.t_final)
+    ok = sol.ok
+    if ok:  # Diffrax succeeded; did the solve follow the flow?
+        message = _check_descent(ts_out, observed["loss"], setup.rtol)
+        ok = not message
     stats = {
         "num_steps": sol.num_steps,
         "num_accepted_steps": sol.num_accepted_steps,
@@ -612,7 +725,7 @@ def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
         chain=setup.chain,
         settings=settings,
         stats=stats,
-        ok=sol.ok,
+        ok=ok,
         message=message,
     )
     if sol.interrupted:

@@ -16,6 +16,7 @@ from ._diagnostics import diagnostics
 from ._events import Event, solve_with_events
 from ._integrate import (
     GradientFlow,
+    _check_descent,
     _checkpointer,
     _counters,
     _failure_message,
@@ -297,6 +298,10 @@ def solve_with_stages(
             )
             saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
             ts_out = np.append(ts_out, sol.t_final)
+    ok = sol.ok
+    if ok:  # Diffrax succeeded; did the solve follow the flow?
+        message = _check_descent(ts_out, saved["loss"], setup.rtol)
+        ok = not message
     stats = {
         "num_steps": sol.num_steps,
         "num_accepted_steps": sol.num_accepted_steps,
@@ -333,7 +338,7 @@ def solve_with_stages(
         chain=chain,
         settings=settings,
         stats=stats,
-        ok=sol.ok,
+        ok=ok,
         message=message,
         stages=tuple(stages),
         events=tuple(detector.events),

@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int
 
 from ._chain import MarkovChain
 from ._custom_types import Attention, Scalar, Square
+from ._errors import is_number, show
 
 
 class Params(eqx.Module):
@@ -98,11 +99,18 @@ def init_params(
     **Returns:** a [`gradflow.Params`][].
     """
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
-        raise ValueError(f"d must be an integer >= 2, got d = {d!r}")
+        raise ValueError(f"d must be an integer >= 2, got d = {show(d)}")
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
-        raise ValueError(f"width must be an integer >= 1, got width = {width!r}")
+        raise ValueError(f"width must be an integer >= 1, got width = {show(width)}")
     init_scale = _check_init_scale(init_scale)
-    k0, k1, kq, kk = jax.random.split(jax.random.key(int(seed)), 4)
+    seed = _check_seed(seed)
+    try:
+        floating = jnp.issubdtype(dtype, jnp.floating)
+    except TypeError:
+        floating = False
+    if not floating:
+        raise TypeError(f"dtype must be a floating dtype, got dtype = {show(dtype)}")
+    k0, k1, kq, kk = jax.random.split(jax.random.key(seed), 4)
     m = int(width)
 
     def normal(key, shape):
@@ -117,15 +125,23 @@ def init_params(
 
 
 def _check_init_scale(init_scale) -> float:
-    try:
-        value = float(init_scale)
-    except (TypeError, ValueError):
+    if isinstance(init_scale, Params):
         raise TypeError(
-            f"init_scale must be a positive number, got {init_scale!r}"
-        ) from None
+            "init_scale must be a positive number, got a gradflow.Params; pass a "
+            "starting point as params=..."
+        )
+    if not is_number(init_scale):
+        raise TypeError(f"init_scale must be a positive number, got {show(init_scale)}")
+    value = float(init_scale)
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"init_scale must be finite and > 0, got {init_scale!r}")
+        raise ValueError(f"init_scale must be finite and > 0, got {show(init_scale)}")
     return value
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    return int(seed)
 
 
 def _attention_weights(

@@ -41,6 +41,7 @@ from ._checkpoint import (
     pack_tree,
     unpack_tree,
 )
+from ._errors import show
 from ._integrate import (
     _check_positive_finite,
     _resolve_dtype,
@@ -50,6 +51,7 @@ from ._integrate import (
 from ._model import (
     Params,
     _attention_weights,
+    _check_seed,
     population_loss as _population_loss,
 )
 from ._text import TokenStream
@@ -543,7 +545,7 @@ def _restore(ckpt, steps, params0, opt_state, key):
 
 def _check_int(name: str, value, least: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {name} = {value!r}")
+        raise TypeError(f"{name} must be an integer, got {name} = {show(value)}")
     if value < least:
         raise ValueError(f"{name} must be >= {least}, got {name} = {value}")
     return int(value)
@@ -562,10 +564,23 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
         )
     if ts is None:
         ts = default_save_times(t1)
-    ts = np.asarray(ts, dtype=np.float64)
-    if ts.ndim != 1 or ts.size == 0 or not np.isfinite(ts).all():
+    try:
+        ts = np.asarray(ts, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"ts must be an increasing array of times, got {show(ts)}"
+        ) from None
+    if ts.ndim != 1 or ts.size == 0:
         raise ValueError(
-            f"ts must be a non-empty 1-D array of finite times, got {ts!r}"
+            f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
+        )
+    if not np.isfinite(ts).all():
+        raise ValueError(f"ts must be finite, got {ts[~np.isfinite(ts)][0]}")
+    if ts.size > 1 and not (np.diff(ts) > 0).all():
+        i = int(np.flatnonzero(np.diff(ts) <= 0)[0])
+        raise ValueError(
+            f"ts must be strictly increasing, but ts[{i}] = {ts[i]} and "
+            f"ts[{i + 1}] = {ts[i + 1]}"
         )
     if ts.min() < 0 or ts.max() > t1 * (1 + 1e-12):
         raise ValueError(
@@ -679,6 +694,7 @@ def train_sgd(
     lr = _check_positive_finite("lr", lr)
     t1 = _check_positive_finite("t1", t1)
     width = _check_int("width", width)
+    seed = _check_seed(seed)
     if num_sequences is not None:
         num_sequences = _check_int("num_sequences", num_sequences)
         if num_sequences < batch_size:
@@ -698,12 +714,12 @@ def train_sgd(
             "optimizer must be an optax.GradientTransformation, got "
             f"{type(optimizer).__name__}"
         )
+    steps = sgd_save_steps(ts, lr, t1)
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
     params0, init_scale, width = initial_point(
         chain, init_scale, params, width, seed, jdtype
     )
-    steps = sgd_save_steps(ts, lr, t1)
     settings = {
         "source": kind if kind == "chain" else f"text:{source.source}",
         "width": int(width),

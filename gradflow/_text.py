@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from ._chain import MarkovChain
+from ._errors import show
 
 
 OTHER = "<other>"
@@ -121,8 +122,8 @@ def builtin_text() -> str:
 
 
 def _check_level(level) -> str:
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got level = {level!r}")
+    if not isinstance(level, str) or level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got level = {show(level)}")
     return level
 
 
@@ -161,6 +162,11 @@ def read_text(path: str | os.PathLike | None = None) -> tuple[str, str]:
         return builtin_text(), BUILTIN
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if isinstance(path, str) and not path.strip():
+        # Path("") is the current folder: never read it by accident.
+        raise ValueError(
+            f"path is an empty string ({path!r}); pass None for the built-in corpus"
+        )
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(f"no such file or folder: '{p}'")
@@ -211,6 +217,10 @@ def corpus_from_string(
     """Tokenises a string already in memory (see [`gradflow.text.load`][])."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(min_tokens, bool) or not isinstance(min_tokens, (int, np.integer)):
+        raise TypeError(
+            f"min_tokens must be an integer, got min_tokens = {show(min_tokens)}"
+        )
     tokens = tokenize(text, level)
     if len(tokens) < max(2, int(min_tokens)):
         raise ValueError(
@@ -222,7 +232,7 @@ def corpus_from_string(
 
 def _check_vocab_size(vocab_size, num_distinct: int, source: str) -> int:
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
-        raise TypeError(f"vocab_size must be an integer, got {vocab_size!r}")
+        raise TypeError(f"vocab_size must be an integer, got {show(vocab_size)}")
     if vocab_size < 2:
         raise ValueError(
             f"vocab_size must be >= 2 (at least one token plus <other>), got "
@@ -253,7 +263,9 @@ def _as_corpus(path_or_text, level: str) -> Corpus:
         if path_or_text == BUILTIN:
             return load(None, level)
         one_line = "\n" not in path_or_text and len(path_or_text) < 4096
-        if one_line and Path(path_or_text).expanduser().exists():
+        # An empty or blank string is (empty) text, not the current folder.
+        named = one_line and path_or_text.strip() != ""
+        if named and Path(path_or_text).expanduser().exists():
             return load(path_or_text, level)
         if one_line and Path(path_or_text).suffix.lower() in TEXT_SUFFIXES:
             # Looks like a file name, not prose: a typo should not be tokenised.
@@ -297,7 +309,7 @@ def encode(
     try:
         smoothing = float(smoothing)
     except (TypeError, ValueError):
-        raise TypeError(f"smoothing must be a number, got {smoothing!r}") from None
+        raise TypeError(f"smoothing must be a number, got {show(smoothing)}") from None
     if not np.isfinite(smoothing) or smoothing <= 0:
         raise ValueError(
             f"smoothing must be finite and > 0 (it keeps every transition "

@@ -29,6 +29,7 @@ import numpy as np
 import optimistix as optx
 
 from ._chain import MarkovChain
+from ._errors import is_number, show
 from ._model import Params, attention, population_loss
 from ._trajectory import Trajectory
 
@@ -64,8 +65,10 @@ def _check_point(params, chain: MarkovChain) -> Params:
                 f"shape {np.shape(getattr(params, name))}; index a trajectory's params "
                 "as traj.params[i]"
             )
-        if not np.isfinite(np.asarray(getattr(params, name))).all():
-            raise ValueError(f"params.{name} has non-finite entries")
+        value = np.asarray(getattr(params, name))
+        if not np.isfinite(value).all():
+            i = tuple(int(k) for k in np.argwhere(~np.isfinite(value))[0])
+            raise ValueError(f"params.{name} has a non-finite entry at {i}: {value[i]}")
     if params.d != chain.d:
         raise ValueError(
             f"params are for d = {params.d} tokens but the chain has d = {chain.d}"
@@ -83,7 +86,17 @@ def _check_trajectory(traj) -> Trajectory:
     return traj
 
 
+def _check_method(method) -> str:
+    if not isinstance(method, str) or method not in ("auto", "dense", "lanczos"):
+        raise ValueError(
+            f"method must be 'auto', 'dense' or 'lanczos', got {show(method)}"
+        )
+    return method
+
+
 def _check_rel_tol(tol) -> float:
+    if not is_number(tol):
+        raise TypeError(f"tol must be a number in (0, 1), got tol = {show(tol)}")
     tol = float(tol)
     if not math.isfinite(tol) or not 0 < tol < 1:
         raise ValueError(f"tol must lie in (0, 1), got tol = {tol}")
@@ -333,12 +346,23 @@ def linearize(
     """
     chain = _check_chain(chain)
     params = _check_point(params, chain)
-    if method not in ("auto", "dense", "lanczos"):
-        raise ValueError(f"method must be 'auto', 'dense' or 'lanczos', got {method!r}")
+    method = _check_method(method)
     tol = _check_rel_tol(tol)
     n = params.num_parameters
     if method == "auto":
         method = "dense" if n <= max_dense else "lanczos"
+    if method == "lanczos":
+        # Checked before anything is compiled.
+        k = 10 if num_modes is None else int(num_modes)
+        if not 1 <= k <= n:
+            raise ValueError(
+                f"num_modes must lie in [1, {n}], got num_modes = {num_modes}"
+            )
+        iters = min(n, 3 * k + 60) if num_iters is None else int(num_iters)
+        if not k <= iters <= n:
+            raise ValueError(
+                f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
+            )
     m, d = params.m, params.d
     flat = _flat(params)
     grad = np.asarray(_flat_grad(flat, chain, m, d))
@@ -351,16 +375,6 @@ def linearize(
         values, vectors = values[order], vectors[:, order].T
         gauge = _gauge_rank(params)
     else:
-        k = 10 if num_modes is None else int(num_modes)
-        if not 1 <= k <= n:
-            raise ValueError(
-                f"num_modes must lie in [1, {n}], got num_modes = {num_modes}"
-            )
-        iters = min(n, 3 * k + 60) if num_iters is None else int(num_iters)
-        if not k <= iters <= n:
-            raise ValueError(
-                f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
-            )
 
         def matvec(v):
             return -np.asarray(_flat_hvp(flat, chain, m, d, jnp.asarray(v)))
@@ -563,6 +577,7 @@ def critical_points(
     """
     traj = _check_trajectory(traj)
     tol = _check_rel_tol(tol)
+    method = _check_method(method)
     chain = traj.chain
     out = []
     for a, best, b in plateaus(traj, threshold):

@@ -18,6 +18,15 @@ from ._model import Params
 FORMAT_NAME = "gradflow-trajectory"
 FORMAT_VERSION = 1
 _PARAM_NAMES = ("W0", "W1", "WQ", "WK")
+# The function that reads each kind of gradflow file, named in the error for
+# a file handed to the wrong loader.
+LOADERS = {
+    "gradflow-trajectory": "gradflow.load",
+    "gradflow-sgd": "gradflow.load_sgd",
+}
+# Every .npz file is a zip archive: a local file header, or the end record of
+# an empty archive.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def _version() -> str:
@@ -210,39 +219,46 @@ def read_npz_with_meta(
 ) -> tuple[dict, dict]:
     """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
     error for a missing, truncated, foreign or too-new file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     path = Path(path)
-    what = expected_format.removeprefix("gradflow-")
     if not path.exists():
         raise FileNotFoundError(f"no such file: '{path}'")
     if path.is_dir():
-        raise ValueError(f"'{path}' is a directory, not a gradflow {what} file")
+        raise ValueError(f"'{path}' is a directory, not a {expected_format} file")
+    raw = path.read_bytes()
+    if not raw.startswith(_ZIP_MAGIC):
+        kind = "an empty file" if not raw else f"it starts with {raw[:8]!r}"
+        raise ValueError(
+            f"'{path}' is not a {expected_format} file: it is not a NumPy .npz "
+            f"archive ({kind})"
+        )
     try:
-        raw = path.read_bytes()
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except Exception as e:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
         raise ValueError(
-            f"'{path}' is not a gradflow {what} file (it could not be "
-            f"read as a NumPy .npz archive: {type(e).__name__}: {e}); it may be "
-            "truncated or of another format"
+            f"'{path}' could not be read as a {expected_format} file: the .npz "
+            f"archive is damaged or truncated ({len(raw)} bytes; {reason})"
         ) from None
     if "__gradflow__" not in arrays:
         raise ValueError(
-            f"'{path}' is not a gradflow {what} file (no gradflow metadata)"
+            f"'{path}' is not a {expected_format} file: it holds no gradflow "
+            f"metadata (arrays {', '.join(sorted(arrays)[:6]) or 'none'}); it was not "
+            "written by gradflow"
         )
     try:
         meta = json.loads(str(arrays.pop("__gradflow__")))
     except json.JSONDecodeError as e:
         raise ValueError(f"'{path}' has corrupt gradflow metadata: {e}") from None
-    if meta.get("format") != expected_format:
-        found = str(meta.get("format")).removeprefix("gradflow-")
-        hint = {
-            "trajectory": "gf.load",
-            "sgd": "gf.load_sgd",
-        }.get(found)
+    if not isinstance(meta, dict):
+        raise ValueError(f"'{path}' has corrupt gradflow metadata: not a JSON object")
+    found = meta.get("format")
+    if found != expected_format:
+        hint = f"; read it with {LOADERS[found]}" if found in LOADERS else ""
         raise ValueError(
-            f"'{path}' is a gradflow {found} file, not a gradflow {what} file"
-            + (f"; read it with {hint}" if hint else "")
+            f"'{path}' is a {found!r} file, not a {expected_format!r} file{hint}"
         )
     return meta, arrays
 

@@ -13,18 +13,25 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 import numpy as np
 
 from ._chain import MarkovChain
+from ._errors import is_number, show
 
 
 def _check_d(d: int, least: int = 2) -> int:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-        raise TypeError(f"d must be an integer, got {d!r}")
+        raise TypeError(f"d must be an integer, got d = {show(d)}")
     if d < least:
         raise ValueError(f"d must be at least {least}, got d = {d}")
     return int(d)
 
 
+def _number(name: str, value) -> float:
+    if not is_number(value):
+        raise TypeError(f"{name} must be a number, got {name} = {show(value)}")
+    return float(value)
+
+
 def _check_open_unit(name: str, value: float, low_closed: bool = False) -> float:
-    value = float(value)
+    value = _number(name, value)
     ok = (0 <= value < 1) if low_closed else (0 < value < 1)
     if not np.isfinite(value) or not ok:
         interval = "[0, 1)" if low_closed else "(0, 1)"
@@ -38,8 +45,25 @@ def _sticky_matrix(pi: np.ndarray, rho: float) -> np.ndarray:
     return (1.0 - rho) * np.outer(np.ones(d), pi) + rho * np.eye(d)
 
 
+def _check_delta(delta: float) -> float:
+    delta = _number("delta", delta)
+    if not np.isfinite(delta) or abs(delta) >= 1:
+        raise ValueError(f"delta must lie in (-1, 1), got delta = {delta}")
+    return delta
+
+
+def _check_exponent(exponent: float) -> float:
+    exponent = _number("exponent", exponent)
+    if not np.isfinite(exponent) or exponent < 0:
+        raise ValueError(f"exponent must be finite and >= 0, got {exponent}")
+    return exponent
+
+
 def sticky_pi(d: int, top_mass: float, delta: float) -> np.ndarray:
     """The stationary distribution of [`sticky`][gradflow.chains.sticky]."""
+    d = _check_d(d)
+    top_mass = _check_open_unit("top_mass", top_mass)
+    delta = _check_delta(delta)
     pi = np.empty(d)
     pi[0] = top_mass
     pi[1:] = (1.0 - top_mass) / (d - 1) * (1.0 + delta * np.linspace(1.0, -1.0, d - 1))
@@ -72,16 +96,15 @@ def sticky(
     d = _check_d(d)
     top_mass = _check_open_unit("top_mass", top_mass)
     rho = _check_open_unit("rho", rho, low_closed=True)
-    delta = float(delta)
-    if not np.isfinite(delta) or abs(delta) >= 1:
-        raise ValueError(f"delta must lie in (-1, 1), got delta = {delta}")
-    pi = sticky_pi(d, top_mass, delta)
+    pi = sticky_pi(d, top_mass, _check_delta(delta))
     return MarkovChain(_sticky_matrix(pi, rho), pi=pi)
 
 
 def zipf_profile(d: int, exponent: float = 1.0) -> np.ndarray:
     r"""$z_k \propto (k + 1)^{-s}$, normalised: the Zipf law of rank `k`."""
-    z = np.arange(1, d + 1, dtype=np.float64) ** (-float(exponent))
+    d = _check_d(d, least=1)
+    exponent = _check_exponent(exponent)
+    z = np.arange(1, d + 1, dtype=np.float64) ** (-exponent)
     return z / z.sum()
 
 
@@ -98,9 +121,7 @@ def zipf(d: int = 8, exponent: float = 1.0, rho: float = 0.0) -> MarkovChain:
     - `rho`: extra probability of repeating the current token, in [0, 1).
     """
     d = _check_d(d)
-    exponent = float(exponent)
-    if not np.isfinite(exponent) or exponent < 0:
-        raise ValueError(f"exponent must be finite and >= 0, got {exponent}")
+    exponent = _check_exponent(exponent)
     rho = _check_open_unit("rho", rho, low_closed=True)
     pi = zipf_profile(d, exponent)
     return MarkovChain(_sticky_matrix(pi, rho), pi=pi)
@@ -127,12 +148,17 @@ def random(
     - `d`: vocabulary size, at least 2.
     - `seed`: NumPy seed; the same seed gives the same chain everywhere.
     - `concentration`: Dirichlet concentration per token, > 0.
-    - `exponent`: Zipf exponent of the mean row.
+    - `exponent`: Zipf exponent of the mean row, finite and $\ge 0$.
     """
     d = _check_d(d)
-    concentration = float(concentration)
+    concentration = _number("concentration", concentration)
     if not np.isfinite(concentration) or concentration <= 0:
         raise ValueError(f"concentration must be > 0, got {concentration}")
+    exponent = _check_exponent(exponent)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0 (a NumPy seed), got seed = {seed}")
     rng = np.random.default_rng(seed)
     alpha = concentration * d * zipf_profile(d, exponent)
     P = rng.dirichlet(alpha, size=d)

@@ -183,14 +183,14 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
     reference[False].save(not_ck)
     with pytest.raises(
         ValueError,
-        match="is a gradflow trajectory file, not a gradflow checkpoint file",
+        match="is a 'gradflow-trajectory' file, not a 'gradflow-checkpoint' file",
     ):
         gf.integrate(CHAIN, SCALE, checkpoint=not_ck, **KW)
     good = tmp_path / "good.npz"
     gf.integrate(CHAIN, SCALE, stages=False, checkpoint=good, **KW)
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(good.read_bytes()[:1000])
-    with pytest.raises(ValueError, match="truncated"):
+    with pytest.raises(ValueError, match="damaged or truncated"):
         gf.integrate(CHAIN, SCALE, stages=False, checkpoint=truncated, **KW)
     with pytest.raises(ValueError, match="checkpoint must be a file path"):
         gf.integrate(CHAIN, SCALE, checkpoint=tmp_path, **KW)

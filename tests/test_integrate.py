@@ -188,6 +188,15 @@ def test_grad_eval_count_matches_a_counter(solver):
     assert gf._integrate._count_grad_evals(gf.SOLVERS[solver](), stats) == calls[0]
 
 
+def test_loss_never_rises(condensation):
+    """The descent check that flags lost solves is silent on a good one."""
+    from gradflow._integrate import _check_descent
+
+    assert np.max(np.diff(condensation.loss)) < 1e-12
+    rtol = condensation.settings["rtol"]
+    assert _check_descent(condensation.ts, condensation.loss, rtol) == ""
+
+
 def test_save_load_round_trip(tmp_path, condensation):
     path = condensation.save(tmp_path / "run.npz")
     back = gf.load(path)
@@ -207,7 +216,7 @@ def test_load_errors(tmp_path, condensation):
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     with pytest.raises(
-        ValueError, match="notes.txt' is not a gradflow trajectory file"
+        ValueError, match="notes.txt' is not a gradflow-trajectory file"
     ):
         gf.load(text)
     foreign = tmp_path / "foreign.npz"
@@ -217,7 +226,9 @@ def test_load_errors(tmp_path, condensation):
     good = condensation.save(tmp_path / "good.npz")
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    with pytest.raises(ValueError, match="truncated.npz' is not a gradflow"):
+    with pytest.raises(
+        ValueError, match="truncated.npz' could not be read as a gradflow"
+    ):
         gf.load(truncated)
 
 
@@ -245,6 +256,79 @@ def test_failure_keeps_partial_trajectory():
     # the partial run is the same computation, cut short (the last point is
     # the state reached, saved off-grid)
     np.testing.assert_array_equal(traj.loss[: k - 1], full.loss[: k - 1])
+
+
+# ------------------------------------------------------ extreme init_scale
+# Measured outcomes are in docs/errors.md ("Extreme init_scale").
+
+
+def test_tiny_init_scale_escapes_when_theory_predicts():
+    """init_scale = 1e-12 works: the flow leaves the origin at the time the
+    linear theory predicts, from an unstable-mode amplitude of order 1e-12
+    (resolved because atol follows the initial scale), and settles on H(pi)."""
+    from gradflow._compare import crossing_time
+    from gradflow._integrate import _check_descent
+
+    ts = np.linspace(0.0, 200.0, 4001)
+    traj = gf.integrate(STICKY, 1e-12, t1=200.0, ts=ts, stages=False, progress=False)
+    assert traj.ok, traj.message
+    assert traj.loss[0] == pytest.approx(np.log(6), abs=1e-12)
+    level = 0.5 * (np.log(6) + float(STICKY.unigram_entropy))
+    g0 = gf.theory.unstable_amplitude(STICKY, traj.params[0])
+    assert 1e-13 < g0 < 1e-11
+    predicted = np.log(1 / g0) / gf.theory.origin_rate(
+        STICKY
+    ) + gf.theory.origin_escape_offset(STICKY)
+    measured = crossing_time(traj.ts, traj.loss, level)
+    assert measured == pytest.approx(predicted, rel=1e-4)
+    assert traj.loss[-1] == pytest.approx(float(STICKY.unigram_entropy), abs=1e-6)
+    assert _check_descent(traj.ts, traj.loss, traj.settings["rtol"]) == ""
+
+
+def test_tiny_init_scale_goes_through_the_stages():
+    traj = gf.integrate(STICKY, 1e-12, t1=2000.0, progress=False)
+    assert traj.ok, traj.message
+    names = [s["name"] for s in traj.stages]
+    for name in ("condensation", "new_direction", "focus", "dilution"):
+        assert name in names
+    assert traj.loss[-1] < float(STICKY.unigram_entropy) - 0.1
+
+
+@pytest.fixture(scope="module")
+def large_start():
+    """init_scale = 10: the softmax starts saturated (initial loss ~ 500)."""
+    return gf.integrate(STICKY, 10.0, t1=50.0, stages=False, progress=False)
+
+
+def test_large_init_scale_loses_the_flow_and_is_detected(large_start):
+    """From init_scale = 10 Diffrax reports success, but the saved loss rises
+    by more than 100, which the exact flow (dL/dt = -|grad L|^2) never does:
+    `_check_descent` says so, naming the rise and what to change."""
+    from gradflow._integrate import _check_descent
+
+    traj = large_start
+    assert traj.loss[0] > 100 * np.log(6)
+    assert np.max(np.diff(traj.loss)) > 100
+    message = _check_descent(traj.ts, traj.loss, traj.settings["rtol"])
+    assert message.startswith("the loss rose from ")
+    assert "init_scale" in message and "rtol" in message and "\n" not in message
+
+
+def test_large_init_scale_is_reported_as_failed(large_start):
+    assert not large_start.ok and large_start.message.startswith("the loss rose")
+    assert large_start.t_final == 50.0  # the data are all there
+
+
+def test_huge_init_scale_stops_with_a_clear_message():
+    """init_scale = 1e3: steps shrink to ~1e-4 from the start (the softmax is
+    saturated); the solve stops at max_steps and says what to change."""
+    traj = gf.integrate(
+        STICKY, 1e3, t1=2000.0, stages=False, max_steps=300, progress=False
+    )
+    assert not traj.ok and traj.t_final < 1.0
+    assert "maximum number of steps (300) reached" in traj.message
+    assert "steps would reach t1" in traj.message
+    assert "init_scale is too large" in traj.message and "\n" not in traj.message
 
 
 def test_deterministic_bitwise():

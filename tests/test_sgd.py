@@ -257,7 +257,7 @@ def test_save_load_roundtrip(tmp_path):
     traj.save(tmp_path / "traj.npz")
     with pytest.raises(
         ValueError,
-        match="gradflow trajectory file, not a gradflow sgd file; read it with gf.load$",
+        match="is a 'gradflow-trajectory' file, not a 'gradflow-sgd' file; read it with gradflow.load$",
     ):
         gf.load_sgd(tmp_path / "traj.npz")
     with pytest.raises(FileNotFoundError, match="no such file"):

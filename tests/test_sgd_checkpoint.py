@@ -312,7 +312,7 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, finished_checkpoint):
     assert f"'{path}'" in str(info.value)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
-    with pytest.raises(ValueError, match="not a gradflow checkpoint file"):
+    with pytest.raises(ValueError, match="is not a gradflow-checkpoint file"):
         gf.train_sgd(CHAIN, **KW, checkpoint=junk)
 
 

@@ -1,0 +1,998 @@
+"""Every bad input gets one clear line, raised before anything is compiled.
+
+`CASES` is the catalogue of `docs/errors.md` (regenerate that page with
+`PYTHONPATH=. python docs/_make_errors_table.py`). Each case is `(id, call, error, match)`:
+`call(files)` makes one bad call (`files` holds the paths of prepared files: a
+real saved trajectory, a truncated copy of it, a foreign `.npz`, ...), `error`
+is the exception type it must raise and `match` a regex that must find the
+argument's name and the bad value (or what is wrong with it) in the message.
+Every message must be a single line.
+
+"Raised before any compilation" is checked in two independent ways:
+
+1. Compilation events are counted. JAX reports the duration of every trace,
+   lowering and backend compilation through `jax.monitoring`
+   (`/jax/core/compile/...`); a listener records them while the bad call runs,
+   and there must be none. The bad inputs are built from NumPy arrays outside
+   the counted call, so the count sees only what gradflow does with them.
+   JAX caches what it has compiled, so work compiled earlier in the process
+   emits no event again; hence the second check.
+2. Tripwires. The compiled entry points of the flow and of SGD (the Diffrax
+   solve, the event-located solve, the SGD step, the population observables,
+   the Hessian of `linearize`) are replaced by functions that fail the test if
+   they are ever called: an error raised after any solving started cannot
+   pass, cached or not.
+
+Known limit: with a random start (`init_scale`), `integrate` draws the initial
+point before its stage-detection arguments (`events`, `callbacks`,
+`thresholds`) are checked, which runs a few small eager JAX operations. Those
+cases start from given `params`, so that they test the check itself; see
+`docs/errors.md`.
+"""
+
+import json
+import re
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pytest
+
+import gradflow as gf
+
+
+FORMAT_VERSION = gf._trajectory.FORMAT_VERSION
+_COMPILE_EVENT_PREFIX = "/jax/core/compile/"
+# Compiled entry points that no bad call may reach: (module, attribute).
+_TRIPWIRES = (
+    ("gradflow._events", "_segment"),
+    ("gradflow._events", "_init_controller"),
+    ("gradflow._integrate_stages", "solve_with_events"),
+    ("gradflow._integrate_stages", "_event_info"),
+    ("gradflow._sgd", "_advance"),
+    ("gradflow._sgd", "_first_batch_loss"),
+    ("gradflow._sgd", "_draw"),
+    ("gradflow._sgd", "population_observables"),
+    ("gradflow._theory", "_flat_grad"),
+    ("gradflow._theory", "refine_critical_point"),
+)
+
+
+class Case(NamedTuple):
+    id: str
+    call: Callable
+    error: type
+    match: str
+
+
+# Inputs, all plain NumPy: building them compiles nothing.
+P2 = np.array([[0.9, 0.1], [0.5, 0.5]])
+S3 = gf.chains.sticky(3, 0.5, 0.5, 0.05)
+
+
+def _params(d: int, m: int = 2, fill: float = 1e-2) -> gf.Params:
+    return gf.Params(
+        np.full((m, d), fill), np.full((d, m), fill), np.eye(m) * fill, np.eye(m) * fill
+    )
+
+
+P0 = _params(3)
+P0_NAN = gf.Params(
+    np.array([[1e-2, np.nan, 1e-2], [1e-2, 1e-2, 1e-2]]), P0.W1, P0.WQ, P0.WK
+)
+P0_BATCHED = gf.Params(*(np.asarray(x)[None] for x in (P0.W0, P0.W1, P0.WQ, P0.WK)))
+
+
+def _integrate(**kwargs):
+    """`gf.integrate` on a 3-token chain, quiet, with `kwargs` overriding."""
+    args = dict(chain=S3, init_scale=1e-3, t1=10.0, progress=False)
+    args.update(kwargs)
+    chain = args.pop("chain")
+    init_scale = args.pop("init_scale")
+    return gf.integrate(chain, init_scale, **args)
+
+
+def _sgd(**kwargs):
+    """`gf.train_sgd` on a 3-token chain, small and quiet, `kwargs` overriding."""
+    args = dict(
+        source=S3, init_scale=1e-2, width=2, context=4, batch_size=8, lr=0.1, t1=1.0
+    )
+    args.update(kwargs, progress=False)
+    return gf.train_sgd(args.pop("source"), **args)
+
+
+def _never(t, p, c):
+    return 0.0
+
+
+def make_files(folder) -> types.SimpleNamespace:
+    """Writes the files the load and text cases read into `folder`: a real saved
+    trajectory and SGD run, and broken or foreign variants of them.
+
+    The trajectory is solved (a tiny flow); the SGD-run file is written by
+    `SGDRun.save` from that trajectory's arrays (its contents do not matter,
+    only that it is a genuine SGD-run file)."""
+    folder = Path(folder)
+    traj = gf.integrate(S3, 1e-2, width=2, t1=5.0, stages=False, progress=False)
+    good = traj.save(folder / "trajectory.npz")
+    raw = good.read_bytes()
+    f = types.SimpleNamespace(folder=folder, good=good, traj=gf.load(good))
+    f.truncated = folder / "truncated.npz"
+    f.truncated.write_bytes(raw[: len(raw) // 2])
+    f.foreign = folder / "foreign.npz"
+    np.savez(f.foreign, weights=np.zeros(3), bias=np.ones(2))
+    f.text_npz = folder / "notes.npz"
+    f.text_npz.write_text("these are my notes, not arrays\n")
+    f.empty_npz = folder / "empty.npz"
+    f.empty_npz.write_bytes(b"")
+    f.missing = folder / "missing.npz"
+
+    with np.load(good, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["__gradflow__"]))
+
+    def rewrite(name, **changes):
+        new_meta = {**meta, **changes}
+        for key in [k for k, v in changes.items() if v is None]:
+            del new_meta[key]
+        path = folder / name
+        np.savez(path, **{**arrays, "__gradflow__": np.array(json.dumps(new_meta))})
+        return path
+
+    f.newer = rewrite(
+        "newer.npz", format_version=FORMAT_VERSION + 1, gradflow_version="99.0.0"
+    )
+    f.incomplete = rewrite("incomplete.npz", settings=None)
+
+    run = gf.SGDRun(
+        ts=traj.ts,
+        steps=np.arange(len(traj)),
+        population_loss=traj.loss,
+        grad_norm=traj.grad_norm,
+        train_loss=traj.loss,
+        params=traj.params,
+        chain=traj.chain,
+        settings={},
+        stats={},
+    )
+    f.sgd = run.save(folder / "sgd_run.npz")
+
+    f.missing_txt = folder / "no_such_corpus.txt"
+    f.empty_txt = folder / "empty.txt"
+    f.empty_txt.write_text("  \n")
+    f.latin1_txt = folder / "latin1.txt"
+    f.latin1_txt.write_bytes("caf\xe9 au lait".encode("latin-1"))
+    f.small_txt = folder / "small.txt"
+    f.small_txt.write_text("the cat sat on the mat and the dog sat on the cat")
+    f.empty_dir = folder / "empty_dir"
+    f.empty_dir.mkdir()
+    f.stream = gf.text.encode(f.small_txt, vocab_size=3)
+    return f
+
+
+CASES = [
+    # ------------------------------------------------------------ MarkovChain
+    Case(
+        "chain-nan",
+        lambda f: gf.MarkovChain([[np.nan, 1.0], [0.5, 0.5]]),
+        ValueError,
+        r"transition matrix P has a non-finite entry: P\[0, 0\] = nan",
+    ),
+    Case(
+        "chain-inf",
+        lambda f: gf.MarkovChain([[0.5, 0.5], [np.inf, 0.5]]),
+        ValueError,
+        r"transition matrix P has a non-finite entry: P\[1, 0\] = inf",
+    ),
+    Case(
+        "chain-negative",
+        lambda f: gf.MarkovChain([[-0.25, 1.25], [0.5, 0.5]]),
+        ValueError,
+        r"transition matrix P has a negative entry: P\[0, 0\] = -0\.25",
+    ),
+    Case(
+        "chain-row-sum",
+        lambda f: gf.MarkovChain([[0.5, 0.5], [0.25, 0.5]]),
+        ValueError,
+        r"row 1 of transition matrix P sums to 0\.75, not 1",
+    ),
+    Case(
+        "chain-not-square",
+        lambda f: gf.MarkovChain(np.full((2, 3), 1 / 3)),
+        ValueError,
+        r"transition matrix P must be square, got shape \(2, 3\)",
+    ),
+    Case(
+        "chain-d-1",
+        lambda f: gf.MarkovChain([[1.0]]),
+        ValueError,
+        r"need at least d = 2 tokens, got d = 1",
+    ),
+    Case(
+        "chain-3d",
+        lambda f: gf.MarkovChain(np.full((2, 2, 2), 0.5)),
+        ValueError,
+        r"transition matrix P must be 2-dimensional, got shape \(2, 2, 2\)",
+    ),
+    Case(
+        "chain-empty",
+        lambda f: gf.MarkovChain([]),
+        ValueError,
+        r"transition matrix P is empty \(shape \(0,\)\)",
+    ),
+    Case(
+        "chain-strings",
+        lambda f: gf.MarkovChain([["a", "b"], ["c", "d"]]),
+        TypeError,
+        r"transition matrix P must hold real numbers, got an array of dtype <U1",
+    ),
+    Case(
+        "chain-objects",
+        lambda f: gf.MarkovChain(np.array([[0.5, None], [0.5, 0.5]], dtype=object)),
+        TypeError,
+        r"transition matrix P must hold real numbers, got an array of dtype object",
+    ),
+    Case(
+        "chain-none",
+        lambda f: gf.MarkovChain(None),
+        TypeError,
+        r"transition matrix P must be a d x d array of probabilities, got None",
+    ),
+    Case(
+        "chain-ragged",
+        lambda f: gf.MarkovChain([[1.0], [0.5, 0.5]]),
+        ValueError,
+        r"transition matrix P could not be read as an array: .*inhomogeneous",
+    ),
+    Case(
+        "chain-complex",
+        lambda f: gf.MarkovChain(np.eye(2, dtype=complex)),
+        TypeError,
+        r"transition matrix P must be real, got a complex array",
+    ),
+    Case(
+        "chain-booleans",
+        lambda f: gf.MarkovChain([[True, False], [False, True]]),
+        TypeError,
+        r"transition matrix P must hold probabilities, got booleans",
+    ),
+    Case(
+        "chain-reducible",
+        lambda f: gf.MarkovChain([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]),
+        ValueError,
+        r"transition matrix P is reducible .*: 2 communicating classes: "
+        r"\{0, 1\}; \{2\}",
+    ),
+    Case(
+        "chain-periodic",
+        lambda f: gf.MarkovChain([[0.0, 1.0], [1.0, 0.0]]),
+        ValueError,
+        r"transition matrix P is periodic with period 2",
+    ),
+    Case(
+        "chain-tokens-count",
+        lambda f: gf.MarkovChain(P2, tokens=["a", "b", "c"]),
+        ValueError,
+        r"got 3 token labels for a chain of d = 2 tokens",
+    ),
+    Case(
+        "chain-tokens-duplicate",
+        lambda f: gf.MarkovChain(P2, tokens=["x", "x"]),
+        ValueError,
+        r"tokens must be distinct, but 'x' labels both token 0 and token 1",
+    ),
+    Case(
+        "chain-tokens-string",
+        lambda f: gf.MarkovChain(P2, tokens="ab"),
+        TypeError,
+        r"tokens must be a sequence of strings, got one string 'ab'",
+    ),
+    Case(
+        "chain-pi-not-stationary",
+        lambda f: gf.MarkovChain(P2, pi=[0.5, 0.5]),
+        ValueError,
+        r"pi is not the stationary distribution of P: sum\(pi\) = 1\.0, "
+        r"max \|pi P - pi\| = 0\.2",
+    ),
+    Case(
+        "chain-pi-shape",
+        lambda f: gf.MarkovChain(P2, pi=[0.5, 0.25, 0.25]),
+        ValueError,
+        r"pi must have shape \(2,\), got \(3,\)",
+    ),
+    Case(
+        "chain-atol",
+        lambda f: gf.MarkovChain(P2, atol=-1.0),
+        ValueError,
+        r"atol must be a finite number >= 0, got atol = -1\.0",
+    ),
+    # --------------------------------------------------------------- families
+    Case(
+        "sticky-d",
+        lambda f: gf.chains.sticky(1),
+        ValueError,
+        r"d must be at least 2, got d = 1",
+    ),
+    Case(
+        "sticky-d-float",
+        lambda f: gf.chains.sticky(6.0),
+        TypeError,
+        r"d must be an integer, got d = 6\.0",
+    ),
+    Case(
+        "sticky-top-mass",
+        lambda f: gf.chains.sticky(6, top_mass=1.5),
+        ValueError,
+        r"top_mass must lie in \(0, 1\), got top_mass = 1\.5",
+    ),
+    Case(
+        "sticky-rho",
+        lambda f: gf.chains.sticky(6, rho=1.0),
+        ValueError,
+        r"rho must lie in \[0, 1\), got rho = 1\.0",
+    ),
+    Case(
+        "sticky-delta-string",
+        lambda f: gf.chains.sticky(6, delta="small"),
+        TypeError,
+        r"delta must be a number, got delta = 'small'",
+    ),
+    Case(
+        "zipf-exponent",
+        lambda f: gf.chains.zipf(8, exponent=-1.0),
+        ValueError,
+        r"exponent must be finite and >= 0, got -1\.0",
+    ),
+    Case(
+        "random-concentration",
+        lambda f: gf.chains.random(8, concentration=0.0),
+        ValueError,
+        r"concentration must be > 0, got 0\.0",
+    ),
+    Case(
+        "random-exponent-nan",
+        lambda f: gf.chains.random(8, exponent=float("nan")),
+        ValueError,
+        r"exponent must be finite and >= 0, got nan",
+    ),
+    Case(
+        "random-seed",
+        lambda f: gf.chains.random(8, seed=-1),
+        ValueError,
+        r"seed must be >= 0 \(a NumPy seed\), got seed = -1",
+    ),
+    Case(
+        "sticky_pi-d",
+        lambda f: gf.chains.sticky_pi(1, 0.5, 0.0),
+        ValueError,
+        r"d must be at least 2, got d = 1",
+    ),
+    # --------------------------------------------------- init_params, Params
+    Case(
+        "init_params-width",
+        lambda f: gf.init_params(6, width=0),
+        ValueError,
+        r"width must be an integer >= 1, got width = 0",
+    ),
+    Case(
+        "init_params-seed",
+        lambda f: gf.init_params(6, 4, 1e-3, seed=1.5),
+        TypeError,
+        r"seed must be an integer, got seed = 1\.5",
+    ),
+    Case(
+        "Params-shapes",
+        lambda f: gf.Params(
+            np.zeros((2, 3)), np.zeros((3, 3)), np.zeros((2, 2)), np.zeros((2, 2))
+        ),
+        ValueError,
+        r"Params\.W1 has shape \(3, 3\) but W0 has shape \(2, 3\) "
+        r"\(m = 2, d = 3\), so W1 must end in \(3, 2\)",
+    ),
+    # -------------------------------------------------------------- integrate
+    Case(
+        "integrate-no-start",
+        lambda f: _integrate(init_scale=None),
+        ValueError,
+        r"give exactly one of init_scale \(random start\) and params \(given start\), "
+        r"got init_scale=None and params=None",
+    ),
+    Case(
+        "integrate-both-starts",
+        lambda f: _integrate(init_scale=1e-3, params=P0),
+        ValueError,
+        r"give exactly one of init_scale .* got init_scale=0\.001 and params=\.\.\.",
+    ),
+    Case(
+        "integrate-init-scale-zero",
+        lambda f: _integrate(init_scale=0.0),
+        ValueError,
+        r"init_scale must be finite and > 0, got 0\.0",
+    ),
+    Case(
+        "integrate-init-scale-negative",
+        lambda f: _integrate(init_scale=-1e-3),
+        ValueError,
+        r"init_scale must be finite and > 0, got -0\.001",
+    ),
+    Case(
+        "integrate-init-scale-nan",
+        lambda f: _integrate(init_scale=float("nan")),
+        ValueError,
+        r"init_scale must be finite and > 0, got nan",
+    ),
+    Case(
+        "integrate-init-scale-inf",
+        lambda f: _integrate(init_scale=float("inf")),
+        ValueError,
+        r"init_scale must be finite and > 0, got inf",
+    ),
+    Case(
+        "integrate-init-scale-string",
+        lambda f: _integrate(init_scale="1e-3"),
+        TypeError,
+        r"init_scale must be a positive number, got '1e-3'",
+    ),
+    Case(
+        "integrate-params-as-init-scale",
+        lambda f: gf.integrate(S3, P0, progress=False),
+        TypeError,
+        r"init_scale must be a positive number, got a gradflow\.Params; pass a "
+        r"starting point as params=",
+    ),
+    Case(
+        "integrate-width-zero",
+        lambda f: _integrate(width=0),
+        ValueError,
+        r"width must be >= 1, got width = 0",
+    ),
+    Case(
+        "integrate-width-float",
+        lambda f: _integrate(width=2.5),
+        TypeError,
+        r"width must be an integer, got 2\.5",
+    ),
+    Case(
+        "integrate-t1-zero",
+        lambda f: _integrate(t1=0.0),
+        ValueError,
+        r"t1 must be finite and > 0, got t1 = 0\.0",
+    ),
+    Case(
+        "integrate-t1-negative",
+        lambda f: _integrate(t1=-5.0),
+        ValueError,
+        r"t1 must be finite and > 0, got t1 = -5\.0",
+    ),
+    Case(
+        "integrate-t1-nan",
+        lambda f: _integrate(t1=float("nan")),
+        ValueError,
+        r"t1 must be finite and > 0, got t1 = nan",
+    ),
+    Case(
+        "integrate-t1-inf",
+        lambda f: _integrate(t1=float("inf")),
+        ValueError,
+        r"t1 must be finite and > 0, got t1 = inf",
+    ),
+    Case(
+        "integrate-ts-not-increasing",
+        lambda f: _integrate(ts=[0.0, 2.0, 1.0]),
+        ValueError,
+        r"ts must be strictly increasing, but ts\[1\] = 2\.0 and ts\[2\] = 1\.0",
+    ),
+    Case(
+        "integrate-ts-outside",
+        lambda f: _integrate(t1=10.0, ts=[0.0, 5.0, 12.0]),
+        ValueError,
+        r"ts must lie in \[0, t1\] = \[0, 10\.0\], got values from 0\.0 to 12\.0",
+    ),
+    Case(
+        "integrate-ts-nan",
+        lambda f: _integrate(ts=[0.0, np.nan]),
+        ValueError,
+        r"ts must be finite, got nan",
+    ),
+    Case(
+        "integrate-params-wrong-d",
+        lambda f: _integrate(init_scale=None, params=_params(4)),
+        ValueError,
+        r"params are for d = 4 tokens \(W0 has shape \(2, 4\)\) but the chain has "
+        r"d = 3",
+    ),
+    Case(
+        "integrate-params-non-finite",
+        lambda f: _integrate(init_scale=None, params=P0_NAN),
+        ValueError,
+        r"params\.W0 has a non-finite entry at \(0, 1\): nan",
+    ),
+    Case(
+        "integrate-params-batched",
+        lambda f: _integrate(init_scale=None, params=P0_BATCHED),
+        ValueError,
+        r"params\.W0 must be 2-dimensional \(one point, no time axis\), got shape "
+        r"\(1, 2, 3\)",
+    ),
+    Case(
+        "integrate-params-tuple",
+        lambda f: _integrate(init_scale=None, params=(P0.W0, P0.W1, P0.WQ, P0.WK)),
+        TypeError,
+        r"params must be a gradflow\.Params, got tuple",
+    ),
+    Case(
+        "integrate-solver-unknown",
+        lambda f: _integrate(solver="rk4"),
+        ValueError,
+        r"unknown solver 'rk4'; choose one of \[.*'dopri5'.*'ros34pw2'.*\]",
+    ),
+    Case(
+        "integrate-rtol-zero",
+        lambda f: _integrate(rtol=0.0),
+        ValueError,
+        r"rtol must be finite and > 0, got rtol = 0\.0",
+    ),
+    Case(
+        "integrate-rtol-nan",
+        lambda f: _integrate(rtol=float("nan")),
+        ValueError,
+        r"rtol must be finite and > 0, got rtol = nan",
+    ),
+    Case(
+        "integrate-rtol-one",
+        lambda f: _integrate(rtol=1.0),
+        ValueError,
+        r"rtol must be < 1, got rtol = 1\.0",
+    ),
+    Case(
+        "integrate-atol-negative",
+        lambda f: _integrate(atol=-1e-9),
+        ValueError,
+        r"atol must be finite and > 0, got atol = -1e-09",
+    ),
+    Case(
+        "integrate-max-steps-zero",
+        lambda f: _integrate(max_steps=0),
+        ValueError,
+        r"max_steps must be >= 1, got max_steps = 0",
+    ),
+    Case(
+        "integrate-max-steps-float",
+        lambda f: _integrate(max_steps=1e6),
+        TypeError,
+        r"max_steps must be an integer, got 1000000\.0",
+    ),
+    Case(
+        "integrate-dtype",
+        lambda f: _integrate(dtype="float16"),
+        ValueError,
+        r"dtype must be 'float64' or 'float32', got 'float16'",
+    ),
+    Case(
+        "integrate-chain-array",
+        lambda f: gf.integrate(P2, 1e-3),
+        TypeError,
+        r"chain must be a gradflow\.MarkovChain, got ndarray; wrap a transition "
+        r"matrix as gf\.MarkovChain\(P\)",
+    ),
+    Case(
+        "integrate-seed",
+        lambda f: _integrate(seed=0.5),
+        TypeError,
+        r"seed must be an integer, got seed = 0\.5",
+    ),
+    Case(
+        "integrate-events-type",
+        lambda f: _integrate(init_scale=None, params=P0, events=[3]),
+        TypeError,
+        r"events must be gradflow\.Event objects, got int",
+    ),
+    Case(
+        "integrate-events-duplicate",
+        lambda f: _integrate(
+            init_scale=None, params=P0, events=[gf.Event("saddle_entry", _never)]
+        ),
+        ValueError,
+        r"event name 'saddle_entry' is used twice \(or is a built-in name\)",
+    ),
+    Case(
+        "integrate-callbacks",
+        lambda f: _integrate(init_scale=None, params=P0, callbacks=["print"]),
+        TypeError,
+        r"callbacks must be callables, got str",
+    ),
+    Case(
+        "integrate-thresholds",
+        lambda f: _integrate(init_scale=None, params=P0, thresholds={"escape": 1}),
+        TypeError,
+        r"thresholds must be a gradflow\.StageThresholds, got dict",
+    ),
+    Case(
+        "integrate_stages-stages-false",
+        lambda f: gf.integrate_stages(S3, 1e-3, stages=False),
+        ValueError,
+        r"integrate_stages always locates stages; use gf\.integrate\(\.\.\., "
+        r"stages=False\)",
+    ),
+    # -------------------------------------------------------------- train_sgd
+    Case(
+        "sgd-no-start",
+        lambda f: _sgd(init_scale=None),
+        ValueError,
+        r"give exactly one of init_scale \(random start\) and params",
+    ),
+    Case(
+        "sgd-lr-zero",
+        lambda f: _sgd(lr=0.0),
+        ValueError,
+        r"lr must be finite and > 0, got lr = 0\.0",
+    ),
+    Case(
+        "sgd-lr-negative",
+        lambda f: _sgd(lr=-0.1),
+        ValueError,
+        r"lr must be finite and > 0, got lr = -0\.1",
+    ),
+    Case(
+        "sgd-batch-size",
+        lambda f: _sgd(batch_size=0),
+        ValueError,
+        r"batch_size must be >= 1, got batch_size = 0",
+    ),
+    Case(
+        "sgd-context",
+        lambda f: _sgd(context=0),
+        ValueError,
+        r"context must be >= 1, got context = 0",
+    ),
+    Case(
+        "sgd-optimizer",
+        lambda f: _sgd(optimizer="adam"),
+        TypeError,
+        r"optimizer must be an optax\.GradientTransformation, got str",
+    ),
+    Case(
+        "sgd-num-sequences",
+        lambda f: _sgd(num_sequences=4, batch_size=8),
+        ValueError,
+        r"num_sequences = 4 is smaller than batch_size = 8",
+    ),
+    Case(
+        "sgd-t1-below-lr",
+        lambda f: _sgd(t1=0.05, lr=0.1),
+        ValueError,
+        r"t1 = 0\.05 is shorter than one step of lr = 0\.1",
+    ),
+    Case(
+        "sgd-t1-nan",
+        lambda f: _sgd(t1=float("nan")),
+        ValueError,
+        r"t1 must be finite and > 0, got t1 = nan",
+    ),
+    Case(
+        "sgd-ts-not-increasing",
+        lambda f: _sgd(ts=[0.0, 0.8, 0.4]),
+        ValueError,
+        r"ts must be strictly increasing, but ts\[1\] = 0\.8 and ts\[2\] = 0\.4",
+    ),
+    Case(
+        "sgd-ts-outside",
+        lambda f: _sgd(ts=[0.0, 2.0]),
+        ValueError,
+        r"ts must lie in \[0, t1\] = \[0, 1\.0\], got values from 0\.0 to 2\.0",
+    ),
+    Case(
+        "sgd-source-missing",
+        lambda f: _sgd(source=None),
+        TypeError,
+        r"source must be a gradflow\.MarkovChain or a gradflow\.text\.TokenStream "
+        r".*got NoneType",
+    ),
+    Case(
+        "sgd-corpus-too-short",
+        lambda f: _sgd(source=f.stream, context=32),
+        ValueError,
+        r"the corpus has 13 tokens, too few for windows of context \+ 1 = 33 tokens",
+    ),
+    Case(
+        "sgd-seed",
+        lambda f: _sgd(seed="0"),
+        TypeError,
+        r"seed must be an integer, got seed = '0'",
+    ),
+    # ---------------------------------------------------- text.load, from_text
+    Case(
+        "text.load-missing",
+        lambda f: gf.text.load(f.missing_txt),
+        FileNotFoundError,
+        r"no such file or folder: '.*no_such_corpus\.txt'",
+    ),
+    Case(
+        "text.load-empty-file",
+        lambda f: gf.text.load(f.empty_txt),
+        ValueError,
+        r"the corpus from .*empty\.txt is too small: 0 word tokens, need at least 2",
+    ),
+    Case(
+        "text.load-not-utf8",
+        lambda f: gf.text.load(f.latin1_txt),
+        ValueError,
+        r"latin1\.txt' is not UTF-8 text: byte 0xe9 at offset 3",
+    ),
+    Case(
+        "text.load-empty-folder",
+        lambda f: gf.text.load(f.empty_dir),
+        ValueError,
+        r"folder '.*empty_dir' holds no text files",
+    ),
+    Case(
+        "text.load-empty-path",
+        lambda f: gf.text.load(""),
+        ValueError,
+        r"path is an empty string \(''\); pass None for the built-in corpus",
+    ),
+    Case(
+        "text.load-level",
+        lambda f: gf.text.load(f.small_txt, level="byte"),
+        ValueError,
+        r"level must be one of \('word', 'char'\), got level = 'byte'",
+    ),
+    Case(
+        "from_text-missing",
+        lambda f: gf.chains.from_text(str(f.missing_txt)),
+        FileNotFoundError,
+        r"no such file or folder: '.*no_such_corpus\.txt'",
+    ),
+    Case(
+        "from_text-empty-text",
+        lambda f: gf.chains.from_text(""),
+        ValueError,
+        r"the corpus from <text> is too small: 0 word tokens, need at least 2",
+    ),
+    Case(
+        "from_text-vocab-size-1",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=1),
+        ValueError,
+        r"vocab_size must be >= 2 \(at least one token plus <other>\), got "
+        r"vocab_size = 1",
+    ),
+    Case(
+        "from_text-vocab-too-large",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=50),
+        ValueError,
+        r"vocab_size = 50 is larger than the 7 distinct tokens of the corpus from "
+        r".*small\.txt",
+    ),
+    Case(
+        "from_text-smoothing",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, smoothing=0.0),
+        ValueError,
+        r"smoothing must be finite and > 0 .*got smoothing = 0\.0",
+    ),
+    # ---------------------------------------------------------- load, load_sgd
+    Case(
+        "load-missing",
+        lambda f: gf.load(f.missing),
+        FileNotFoundError,
+        r"no such file: '.*missing\.npz'",
+    ),
+    Case(
+        "load-truncated",
+        lambda f: gf.load(f.truncated),
+        ValueError,
+        r"truncated\.npz' could not be read as a gradflow-trajectory file: the \.npz "
+        r"archive is damaged or truncated \(\d+ bytes; BadZipFile",
+    ),
+    Case(
+        "load-foreign-npz",
+        lambda f: gf.load(f.foreign),
+        ValueError,
+        r"foreign\.npz' is not a gradflow-trajectory file: it holds no gradflow "
+        r"metadata \(arrays bias, weights\); it was not written by gradflow",
+    ),
+    Case(
+        "load-text-file",
+        lambda f: gf.load(f.text_npz),
+        ValueError,
+        r"notes\.npz' is not a gradflow-trajectory file: it is not a NumPy \.npz "
+        r"archive \(it starts with b'these ar'\)",
+    ),
+    Case(
+        "load-empty-file",
+        lambda f: gf.load(f.empty_npz),
+        ValueError,
+        r"empty\.npz' is not a gradflow-trajectory file: it is not a NumPy \.npz "
+        r"archive \(an empty file\)",
+    ),
+    Case(
+        "load-newer-version",
+        lambda f: gf.load(f.newer),
+        ValueError,
+        rf"newer\.npz' was written with trajectory format version "
+        rf"{FORMAT_VERSION + 1} by gradflow 99\.0\.0; this gradflow \(.+\) reads "
+        rf"format versions <= {FORMAT_VERSION}: upgrade gradflow",
+    ),
+    Case(
+        "load-incomplete",
+        lambda f: gf.load(f.incomplete),
+        ValueError,
+        r"incomplete\.npz' is an incomplete gradflow trajectory: missing 'settings'",
+    ),
+    Case(
+        "load-sgd-run",
+        lambda f: gf.load(f.sgd),
+        ValueError,
+        r"sgd_run\.npz' is a 'gradflow-sgd' file, not a 'gradflow-trajectory' file; "
+        r"read it with gradflow\.load_sgd",
+    ),
+    Case(
+        "load_sgd-trajectory",
+        lambda f: gf.load_sgd(f.good),
+        ValueError,
+        r"trajectory\.npz' is a 'gradflow-trajectory' file, not a 'gradflow-sgd' "
+        r"file; read it with gradflow\.load$",
+    ),
+    Case(
+        "load_sgd-missing",
+        lambda f: gf.load_sgd(f.missing),
+        FileNotFoundError,
+        r"no such file: '.*missing\.npz'",
+    ),
+    Case(
+        "load-directory",
+        lambda f: gf.load(f.empty_dir),
+        ValueError,
+        r"empty_dir' is a directory, not a gradflow-trajectory file",
+    ),
+    Case(
+        "load-none",
+        lambda f: gf.load(None),
+        TypeError,
+        r"path must be a str or os\.PathLike, got NoneType",
+    ),
+    # ------------------------------------------------------- compare, theory
+    Case(
+        "compare-not-a-run",
+        lambda f: gf.compare(f.traj, 3),
+        TypeError,
+        r"run has no field 'ts': got int",
+    ),
+    Case(
+        "linearize-method",
+        lambda f: gf.linearize(S3, P0, method="qr"),
+        ValueError,
+        r"method must be 'auto', 'dense' or 'lanczos', got 'qr'",
+    ),
+    Case(
+        "linearize-num-modes",
+        lambda f: gf.linearize(S3, P0, method="lanczos", num_modes=0),
+        ValueError,
+        r"num_modes must lie in \[1, 20\], got num_modes = 0",
+    ),
+    Case(
+        "linearize-params-non-finite",
+        lambda f: gf.linearize(S3, P0_NAN),
+        ValueError,
+        r"params\.W0 has a non-finite entry at \(0, 1\): nan",
+    ),
+    Case(
+        "critical_points-not-a-trajectory",
+        lambda f: gf.critical_points("trajectory.npz"),
+        TypeError,
+        r"traj must be a gradflow\.Trajectory, got str",
+    ),
+    Case(
+        "critical_points-method",
+        lambda f: gf.critical_points(f.traj, method="qr"),
+        ValueError,
+        r"method must be 'auto', 'dense' or 'lanczos', got 'qr'",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return make_files(tmp_path_factory.mktemp("error_files"))
+
+
+@pytest.fixture
+def tripwires(monkeypatch):
+    """Replaces the compiled entry points by functions that fail the test."""
+    import importlib
+
+    for module_name, attribute in _TRIPWIRES:
+        module = importlib.import_module(module_name)
+
+        def tripwire(*args, _name=f"{module_name}.{attribute}", **kwargs):
+            raise AssertionError(f"{_name} was called before the bad input was caught")
+
+        monkeypatch.setattr(module, attribute, tripwire)
+
+
+class _CompileEvents:
+    """Records JAX's compilation events (trace, lower, compile) while active."""
+
+    def __enter__(self):
+        self.events: list[str] = []
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event: str, duration: float, **kwargs) -> None:
+        if event.startswith(_COMPILE_EVENT_PREFIX):
+            self.events.append(event)
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+        return False
+
+
+def test_catalogue_is_large_and_distinct():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, files, tripwires):
+    with _CompileEvents() as compiled:
+        with pytest.raises(Exception) as excinfo:
+            case.call(files)
+    error = excinfo.value
+    message = str(error)
+    # the exact type, not a subclass from deep inside NumPy or JAX
+    assert type(error) is case.error, f"{type(error).__name__}: {message}"
+    assert "\n" not in message, message
+    assert excinfo.match(case.match)
+    assert compiled.events == [], f"compiled before raising: {compiled.events}"
+
+
+# ------------------------------------------------------- run-time failures
+# A solve that stops early returns `ok=False` and a one-line `message` from
+# `_failure_message`; these check the message for each kind of Diffrax result.
+
+
+@pytest.mark.parametrize(
+    "result, match",
+    [
+        (
+            "max_steps_reached",
+            r"maximum number of steps \(5000\) reached \(mean step 5\.11e-05, so about "
+            r"3\.9e\+07 steps would reach t1\)\. Raise max_steps or shorten t1; .*"
+            r"init_scale is too large",
+        ),
+        ("nonfinite", r"Nonfinite \(inf or nan\) values .* smaller init_scale"),
+        ("dt_min_reached", r"minimum step size was reached .* smaller init_scale"),
+        (
+            "nonlinear_divergence",
+            r"the implicit solver's inner solve failed \(Nonlinear solve diverged\)\. "
+            r"Try the default solver \('ros34pw2'\)",
+        ),
+        ("singular", r"inner solve failed \(A linear solver returned non-finite"),
+        ("internal_error", r"An internal error occurred in Diffrax\. Try"),
+    ],
+)
+def test_failure_messages(result, match):
+    import diffrax as dfx
+
+    from gradflow._integrate import _failure_message
+
+    message = _failure_message(getattr(dfx.RESULTS, result), 0.2556, 2000.0, 5000)
+    assert message.startswith("the solver stopped at t = 0.2556 of t1 = 2000: ")
+    assert "\n" not in message
+    assert re.search(match, message), message
+
+
+def test_descent_check_names_the_first_rise():
+    from gradflow._integrate import _check_descent
+
+    ts = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert _check_descent(ts, [2.0, 1.5, 1.5 + 1e-6, 1.2, 1.1], rtol=1e-5) == ""
+    message = _check_descent(ts, [2.0, 1.5, 1.7, 1.2, 1.9], rtol=1e-5)
+    assert re.fullmatch(
+        r"the loss rose from 1\.5 at t = 1 to 1\.7 at t = 2 \(2 rises, the largest "
+        r"0\.7\), which the exact gradient flow never does: .*\(now 1e-05\)",
+        message,
+    ), message
