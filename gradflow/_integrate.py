@@ -631,6 +631,17 @@ def integrate(
         print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
     ```
     """
+    if stages or events or callbacks:
+        from ._integrate_stages import (
+            _check_callbacks,
+            _check_events,
+            _check_thresholds,
+        )
+
+        # first: the other checks draw the random start (eager JAX operations)
+        events = _check_events(events)
+        callbacks = _check_callbacks(callbacks)
+        thresholds = _check_thresholds(thresholds)
     setup = _prepare(
         chain,
         init_scale,

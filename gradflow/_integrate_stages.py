@@ -122,6 +122,17 @@ def _check_callbacks(callbacks) -> tuple[Callable, ...]:
     return callbacks
 
 
+def _check_thresholds(thresholds) -> StageThresholds:
+    if thresholds is None:
+        return StageThresholds()
+    if not isinstance(thresholds, StageThresholds):
+        raise TypeError(
+            "thresholds must be a gradflow.StageThresholds, got "
+            f"{type(thresholds).__name__}"
+        )
+    return thresholds
+
+
 def integrate_stages(
     chain: MarkovChain, init_scale: float | None = None, **kwargs
 ) -> Trajectory:
@@ -162,12 +173,7 @@ def solve_with_stages(
     """
     user_events = _check_events(events)
     callbacks = _check_callbacks(callbacks)
-    thresholds = StageThresholds() if thresholds is None else thresholds
-    if not isinstance(thresholds, StageThresholds):
-        raise TypeError(
-            "thresholds must be a gradflow.StageThresholds, got "
-            f"{type(thresholds).__name__}"
-        )
+    thresholds = _check_thresholds(thresholds)
     chain, chain_dt, params0 = setup.chain, setup.chain_dt, setup.params0
     jdtype, t1, max_steps, ts_np = setup.dtype, setup.t1, setup.max_steps, setup.ts
     solver_obj = setup.solver
