@@ -151,7 +151,9 @@ def _check_params(params, chain: MarkovChain, dtype) -> Params:
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=dtype), params)
 
 
-def _check_ts(ts, t1: float) -> np.ndarray:
+def _check_ts(ts, t1: float, slack: float = 0.0) -> np.ndarray:
+    """Save times: a finite, strictly increasing 1-D array in `[0, t1]` (up to
+    a relative `slack` at `t1`)."""
     try:
         ts = np.asarray(ts, dtype=np.float64)
     except (TypeError, ValueError):
@@ -170,7 +172,7 @@ def _check_ts(ts, t1: float) -> np.ndarray:
             f"ts must be strictly increasing, but ts[{i}] = {ts[i]} and "
             f"ts[{i + 1}] = {ts[i + 1]}"
         )
-    if ts[0] < 0 or ts[-1] > t1:
+    if ts[0] < 0 or ts[-1] > t1 * (1 + slack):
         raise ValueError(
             f"ts must lie in [0, t1] = [0, {t1}], got values from {ts[0]} to {ts[-1]}"
         )
@@ -716,18 +718,7 @@ def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
                     lambda a, b: np.concatenate([a, b[None]]), observed, last
                 )
                 ts_out = np.append(ts_out, sol.t_final)
-    ok = sol.ok
-    if ok:  # Diffrax succeeded; did the solve follow the flow?
-        message = _check_descent(ts_out, observed["loss"], setup.rtol)
-        ok = not message
-    stats = {
-        "num_steps": sol.num_steps,
-        "num_accepted_steps": sol.num_accepted_steps,
-        "num_rejected_steps": sol.num_rejected_steps,
-        **sol.counts,
-        "resumed_from": sol.resumed_from,
-        "wall_time": time.perf_counter() - setup.start,
-    }
+    ok, message, stats = _outcome(sol, ts_out, observed["loss"], setup, message)
     traj = Trajectory(
         ts=ts_out,
         loss=observed["loss"],
@@ -745,6 +736,28 @@ def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
 
 
 _observe_jit = eqx.filter_jit(_observe)
+
+
+def _outcome(sol, ts_out, loss, setup: _Setup, message: str):
+    """`(ok, message, stats)` of a finished solve. A solve that Diffrax calls
+    successful is checked for a rising loss ([`_check_descent`][])."""
+    ok = sol.ok
+    if ok:
+        message = _check_descent(ts_out, loss, setup.rtol)
+        ok = not message
+    stats = {
+        "num_steps": sol.num_steps,
+        "num_accepted_steps": sol.num_accepted_steps,
+        "num_rejected_steps": sol.num_rejected_steps,
+        "num_segments": sol.num_segments,
+        # Counted per segment (each restarts the solver) and summed. The event
+        # conditions' own gradients (one per step and per bisection iteration)
+        # are not counted: this is the vector field's count.
+        **sol.counts,
+        "resumed_from": sol.resumed_from,
+        "wall_time": time.perf_counter() - setup.start,
+    }
+    return ok, message, stats
 
 
 def _meter_factory(progress: bool, t1: float) -> Callable:

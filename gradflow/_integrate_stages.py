@@ -2,7 +2,6 @@ r"""`gradflow.integrate_stages`: the flow solved with its diagnostics, saddles a
 stages located while integrating."""
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,12 +15,12 @@ from ._diagnostics import diagnostics
 from ._events import Event, solve_with_events
 from ._integrate import (
     GradientFlow,
-    _check_descent,
     _checkpointer,
     _counters,
     _failure_message,
     _interrupted,
     _meter_factory,
+    _outcome,
     _Setup,
 )
 from ._model import Params
@@ -304,22 +303,7 @@ def solve_with_stages(
             )
             saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
             ts_out = np.append(ts_out, sol.t_final)
-    ok = sol.ok
-    if ok:  # Diffrax succeeded; did the solve follow the flow?
-        message = _check_descent(ts_out, saved["loss"], setup.rtol)
-        ok = not message
-    stats = {
-        "num_steps": sol.num_steps,
-        "num_accepted_steps": sol.num_accepted_steps,
-        "num_rejected_steps": sol.num_rejected_steps,
-        "num_segments": sol.num_segments,
-    }
-    # Counted per segment (each segment restarts the solver) and summed. The
-    # event conditions' own gradients (one per step and per bisection
-    # iteration) are not counted: this is the vector field's count.
-    stats.update(sol.counts)
-    stats["resumed_from"] = sol.resumed_from
-    stats["wall_time"] = time.perf_counter() - setup.start
+    ok, message, stats = _outcome(sol, ts_out, saved["loss"], setup, message)
     params_saved = saved.pop("params")
     extras = {
         k: np.asarray(v) for k, v in saved.items() if k not in ("loss", "grad_norm")

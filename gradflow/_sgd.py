@@ -44,6 +44,7 @@ from ._checkpoint import (
 from ._errors import show
 from ._integrate import (
     _check_positive_finite,
+    _check_ts,
     _resolve_dtype,
     default_save_times,
     initial_point,
@@ -564,29 +565,7 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
         )
     if ts is None:
         ts = default_save_times(t1)
-    try:
-        ts = np.asarray(ts, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"ts must be an increasing array of times, got {show(ts)}"
-        ) from None
-    if ts.ndim != 1 or ts.size == 0:
-        raise ValueError(
-            f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
-        )
-    if not np.isfinite(ts).all():
-        raise ValueError(f"ts must be finite, got {ts[~np.isfinite(ts)][0]}")
-    if ts.size > 1 and not (np.diff(ts) > 0).all():
-        i = int(np.flatnonzero(np.diff(ts) <= 0)[0])
-        raise ValueError(
-            f"ts must be strictly increasing, but ts[{i}] = {ts[i]} and "
-            f"ts[{i + 1}] = {ts[i + 1]}"
-        )
-    if ts.min() < 0 or ts.max() > t1 * (1 + 1e-12):
-        raise ValueError(
-            f"ts must lie in [0, t1] = [0, {t1}], got values from {ts.min()} to "
-            f"{ts.max()}"
-        )
+    ts = _check_ts(ts, t1, slack=1e-12)
     steps = np.unique(np.clip(np.rint(ts / lr).astype(np.int64), 0, last))
     return steps if steps[0] == 0 else np.concatenate([[0], steps])
 

@@ -225,3 +225,31 @@ def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
     assert "maximum number of steps (60)" in err and "partial trajectory" in err
     traj = gf.load(out / "trajectory.npz")
     assert not traj.ok and 0 < traj.t_final < 300
+
+
+def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
+    and tables are written, the exit code is 130, and the checkpoint resumes."""
+    import gradflow._events as events_module
+
+    real = events_module._segment
+    calls = {"n": 0}
+
+    def segment(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(events_module, "_segment", segment)
+    out, ck = tmp_path / "out", tmp_path / "ck.npz"
+    argv = ["run", "--t1", "300", "--no-progress", "--out", str(out)]
+    assert main([*argv, "--checkpoint", str(ck)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted at t = " in err and "partial trajectory" in err
+    partial = gf.load(out / "trajectory.npz")
+    assert not partial.ok and 0 < partial.t_final < 300
+    assert (out / "stages.csv").exists() and not (out / "summary.png").exists()
+    monkeypatch.undo()
+    assert main([*argv, "--checkpoint", str(ck), "--no-figures"]) == 0
+    assert gf.load(out / "trajectory.npz").stats["resumed_from"] == partial.t_final
