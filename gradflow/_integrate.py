@@ -590,8 +590,8 @@ def integrate(
       [`gradflow.default_tolerances`][], which ties `atol` to the RMS size of
       the initial parameters (saddle escapes grow from components that small).
     - `max_steps`: the most solver steps before giving up (partial results are
-      returned, not lost). Checked between chunks of at most 1000 steps, so a
-      run may take up to 999 steps more than `max_steps` when it is above 1000.
+      returned, not lost). Checked between chunks of at most
+      `min(1000, max_steps)` steps, so a run may take up to 999 steps more.
     - `progress`: show a progress bar when the solve takes longer than 2 s.
     - `dtype`: `"float64"` (default) or `"float32"`.
     - `stages`: locate saddles and stages while integrating (default `True`).
