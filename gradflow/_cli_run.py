@@ -141,14 +141,15 @@ def register(subparsers) -> None:
         type=Path,
         default=None,
         help="write the solver state to PATH (every --checkpoint-every seconds, at "
-        "each event, at the end); if PATH exists, resume from it",
+        "each event, at the end); if PATH exists, resume from it (see "
+        "docs/reliability.md)",
     )
     g.add_argument(
         "--checkpoint-every",
         metavar="SECONDS",
         type=float,
         default=120.0,
-        help="seconds of wall time between checkpoint writes (default 120)",
+        help="seconds of wall time between checkpoint writes",
     )
     g = p.add_argument_group("output")
     g.add_argument(
