@@ -48,10 +48,12 @@ class Trajectory(eqx.Module):
     - `settings`: every setting of the solve (width, init_scale, seed, t1,
       solver, tolerances, ...), enough to re-run it.
     - `stats`: `num_steps`, `num_accepted_steps`, `num_rejected_steps`,
-      `num_grad_evals`, `wall_time` (seconds, compile included) and
-      `compile_time`.
-    - `ok`: whether the solve reached `t1`; `message`: what happened if not,
-      and what to change.
+      `num_segments` (Diffrax solves between events), `num_grad_evals`,
+      `num_hvps` (`None` where unknown), `resumed_from` (the time a
+      checkpoint was resumed from, or `None`) and `wall_time` (seconds of this
+      call, compilation included).
+    - `ok`: whether the solve reached `t1` and followed the flow (its saved
+      loss never rose); `message`: what happened if not, and what to change.
     - `stages`, `events`: tuples of records (filled by stage detection).
     - `extras`: further saved arrays (diagnostics), keyed by name.
     """
