@@ -286,7 +286,8 @@ def test_tiny_init_scale_escapes_when_theory_predicts():
 
 
 def test_tiny_init_scale_goes_through_the_stages():
-    traj = gf.integrate(STICKY, 1e-12, t1=2000.0, progress=False)
+    # width 8: the solve compiled for the condensation fixture is reused
+    traj = gf.integrate(STICKY, 1e-12, width=8, t1=2000.0, progress=False)
     assert traj.ok, traj.message
     names = [s["name"] for s in traj.stages]
     for name in ("condensation", "new_direction", "focus", "dilution"):
@@ -322,18 +323,20 @@ def test_large_init_scale_is_reported_as_failed(large_start):
 def test_huge_init_scale_stops_with_a_clear_message():
     """init_scale = 1e3: steps shrink to ~1e-4 from the start (the softmax is
     saturated); the solve stops at max_steps and says what to change."""
+    # width 8, 60 steps: the solve compiled for tests/test_checkpoint.py's
+    # bare runs (chunks of 60 steps) is reused
     traj = gf.integrate(
-        STICKY, 1e3, t1=2000.0, stages=False, max_steps=300, progress=False
+        STICKY, 1e3, width=8, t1=2000.0, stages=False, max_steps=60, progress=False
     )
     assert not traj.ok and traj.t_final < 1.0
-    assert "maximum number of steps (300) reached" in traj.message
+    assert "maximum number of steps (60) reached" in traj.message
     assert "steps would reach t1" in traj.message
     assert "init_scale is too large" in traj.message and "\n" not in traj.message
 
 
 def test_deterministic_bitwise():
-    a = gf.integrate(STICKY, 1e-3, width=4, t1=50.0, seed=3, progress=False)
-    b = gf.integrate(STICKY, 1e-3, width=4, t1=50.0, seed=3, progress=False)
+    a = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, progress=False)
+    b = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, progress=False)
     assert tree_allclose(a.params, b.params, rtol=0, atol=0)
     np.testing.assert_array_equal(a.loss, b.loss)
 
