@@ -31,6 +31,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, PyTree
 
+from ._checkpoint import deferred_interrupt, pack_tree, unpack_tree
 from ._resume import ResumableController, next_step
 
 
@@ -396,8 +397,6 @@ def solve_with_events(
     [e["t"] for e in sol.events]  # [1.5707963..., 4.712388..., 7.853981...]
     ```
     """
-    from ._checkpoint import deferred_interrupt, pack_tree, unpack_tree
-
     start = time.perf_counter()
     solver = dfx.Tsit5() if solver is None else solver
     # Tolerances as arrays: floats would be static and recompile for each value.
@@ -505,17 +504,21 @@ def solve_with_events(
             "started": bool(ts_chunks),
             "ok": ok,
         }
+        if len(ts_chunks) > 1:  # joined once, not again at every write
+            ts_chunks[:] = [np.concatenate(ts_chunks)]
+            saved_chunks[:] = [
+                jax.tree.map(lambda *xs: np.concatenate(xs), *saved_chunks)
+            ]
         arrays = {
             **pack_tree("y", y_now),
             **pack_tree("args", args),
             **pack_tree("controller", controller_state),
             **pack_tree("solver", carried_solver_state),
             "carried_dt": np.asarray(carried_dt),
-            "ts_saved": np.concatenate(ts_chunks) if ts_chunks else ts[:0],
+            "ts_saved": ts_chunks[0] if ts_chunks else ts[:0],
         }
         if ts_chunks:
-            saved = jax.tree.map(lambda *xs: np.concatenate(xs), *saved_chunks)
-            arrays.update(pack_tree("saved", saved))
+            arrays.update(pack_tree("saved", saved_chunks[0]))
         if checkpoint_state is not None:
             extra_meta, extra_arrays = checkpoint_state[0]()
             meta["extra"] = extra_meta

@@ -25,6 +25,7 @@ from ._checkpoint import (
     pack_tree,
 )
 from ._errors import is_number, show
+from ._events import solve_with_events
 from ._model import (
     Params,
     _check_init_scale,
@@ -677,8 +678,6 @@ def integrate(
 
 def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
     """The bare flow, saving loss, gradient norm and params (no events)."""
-    from ._events import solve_with_events
-
     jdtype, t1, max_steps = setup.dtype, setup.t1, setup.max_steps
     settings = dict(setup.settings, stages=False)
     checkpoint = _checkpointer(setup, settings)

@@ -56,7 +56,7 @@ from ._model import (
     population_loss as _population_loss,
 )
 from ._text import TokenStream
-from ._trajectory import read_result, write_result
+from ._trajectory import AbstractResult, read_result, write_result
 
 
 FORMAT_NAME = "gradflow-sgd"
@@ -274,7 +274,7 @@ _DEFAULT_OPTIMIZER = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
 # ------------------------------------------------------------------------ result
 
 
-class SGDRun(eqx.Module):
+class SGDRun(AbstractResult):
     r"""An SGD run on the flow's time axis.
 
     **Fields:**
@@ -316,17 +316,6 @@ class SGDRun(eqx.Module):
     def loss(self) -> np.ndarray:
         """The population loss (so that an `SGDRun` reads like a `Trajectory`)."""
         return self.population_loss
-
-    @property
-    def final_params(self) -> Params:
-        return self.params[-1]
-
-    @property
-    def t_final(self) -> float:
-        return float(self.ts[-1])
-
-    def __len__(self) -> int:
-        return int(self.ts.shape[0])
 
     def __repr__(self) -> str:
         s = self.settings

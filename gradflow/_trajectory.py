@@ -35,7 +35,28 @@ def _version() -> str:
     return __version__
 
 
-class Trajectory(eqx.Module):
+class AbstractResult(eqx.Module):
+    """What a [`gradflow.Trajectory`][] and a [`gradflow.SGDRun`][] share:
+    save times `ts` and parameters `params` with a leading time axis."""
+
+    ts: eqx.AbstractVar[np.ndarray]
+    params: eqx.AbstractVar[Params]
+
+    @property
+    def final_params(self) -> Params:
+        """The last saved parameters."""
+        return self.params[-1]
+
+    @property
+    def t_final(self) -> float:
+        """The last time reached (`settings["t1"]` when `ok`)."""
+        return float(self.ts[-1])
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+
+class Trajectory(AbstractResult):
     """A solved population gradient flow.
 
     **Fields:**
@@ -70,19 +91,6 @@ class Trajectory(eqx.Module):
     stages: tuple = ()
     events: tuple = ()
     extras: dict[str, np.ndarray] = eqx.field(default_factory=dict)
-
-    @property
-    def final_params(self) -> Params:
-        """The last saved parameters."""
-        return self.params[-1]
-
-    @property
-    def t_final(self) -> float:
-        """The last time reached (`settings["t1"]` when `ok`)."""
-        return float(self.ts[-1])
-
-    def __len__(self) -> int:
-        return int(self.ts.shape[0])
 
     def __repr__(self) -> str:
         status = "ok" if self.ok else f"FAILED: {self.message}"
