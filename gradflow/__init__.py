@@ -42,8 +42,9 @@ from ._integrate import (  # noqa: E402
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
     integrate as integrate,
+    integrate_stages as integrate_stages,
 )
-from ._integrate_stages import integrate_stages as integrate_stages  # noqa: E402
+from ._records import EventRecord as EventRecord  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,

@@ -35,7 +35,7 @@ STAGE_FIELDS = (
     "mass_start",
     "mass_end",
 )
-EVENT_FIELDS = ("name", "t", "loss", "token", "sv_ratio")
+EVENT_FIELDS = ("name", "t", "loss", "token", "located")
 
 
 def register(subparsers) -> None:
@@ -214,7 +214,8 @@ def _cell(value):
 
 
 def write_csv(path: Path, rows, fields) -> None:
-    """Writes records (dicts) to `path` as CSV with the given columns."""
+    """Writes records (typed records with `to_dict`, or dicts) to `path` as CSV
+    with the given columns."""
     from ._trajectory import atomic_write
 
     def write(f):
@@ -224,6 +225,7 @@ def write_csv(path: Path, rows, fields) -> None:
         w = csv.writer(text)
         w.writerow(fields)
         for r in rows:
+            r = r.to_dict() if hasattr(r, "to_dict") else r
             w.writerow([_cell(r.get(k)) for k in fields])
         f.write(text.getvalue().encode())
 

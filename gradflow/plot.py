@@ -189,7 +189,7 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
 
 
 def _event_times(traj: Trajectory, names=_BOUNDARY_EVENTS) -> list[tuple[str, float]]:
-    return [(e["name"], float(e["t"])) for e in traj.events if e["name"] in names]
+    return [(e.name, float(e.t)) for e in traj.events if e.name in names]
 
 
 def pca_figure(traj: Trajectory, *, title: str | None = None):
@@ -332,7 +332,7 @@ def plot_all(
     out = Path(out_dir)
     paths = save_figure(summary_figure(traj), out / f"{prefix}summary")
     paths += save_figure(pca_figure(traj), out / f"{prefix}embeddings_pca")
-    if any(e["name"] in _BOUNDARY_EVENTS for e in traj.events):
+    if any(e.name in _BOUNDARY_EVENTS for e in traj.events):
         paths += save_figure(attention_figure(traj), out / f"{prefix}attention")
     return paths
 

@@ -1,5 +1,6 @@
-"""`integrate_stages` on the flow itself: user events and callbacks, and the
-stage sequence across random initialisations (slow: full two-cycle runs)."""
+"""`integrate_stages` on the flow itself: user events and callbacks (default
+tier), and the stage sequence across random initialisations (slow: full
+two-cycle runs)."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,6 @@ import pytest
 import gradflow as gf
 
 
-@pytest.mark.slow
 def test_user_events_and_callbacks():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     level = float(chain.unigram_entropy) + 0.01
@@ -24,13 +24,22 @@ def test_user_events_and_callbacks():
         t1=300,
         progress=False,
         events=[below],
-        callbacks=[lambda event, t, params: seen.append((event["name"], t, params.d))],
+        callbacks=[lambda event, t, params: seen.append((event.name, t, params.d))],
     )
-    user = [e for e in traj.events if e["name"] == "below_unigram"]
-    assert len(user) == 1
+    user = [e for e in traj.events if e.name == "below_unigram"]
+    assert len(user) == 1 and user[0].located
     # Located by a root find: the loss there equals the level to solver precision.
-    assert user[0]["loss"] == pytest.approx(level, abs=1e-8)
-    assert [n for n, _, _ in seen] == [e["name"] for e in traj.events]
+    assert user[0].loss == pytest.approx(level, abs=1e-8)
+    # Callbacks see every event located during the solve, in time order.
+    located = [e for e in traj.events if e.located]
+    assert [n for n, _, _ in seen] == [e.name for e in located]
+    assert {"saddle_escape", "saddle_entry", "below_unigram"} <= set(
+        n for n, *_ in seen
+    )
+    # The steps do not depend on the events watched.
+    bare = gf.integrate(chain, 1e-3, width=8, t1=300, progress=False, stages=False)
+    assert bare.stats["num_steps"] == traj.stats["num_steps"]
+    np.testing.assert_array_equal(bare.loss, traj.loss)
     assert all(d == 6 for _, _, d in seen)
     with pytest.raises(ValueError, match="event name 'focus_start' is used twice"):
         gf.integrate_stages(
