@@ -189,11 +189,11 @@ def solve_with_events(
     dtype = jax.tree.leaves(y0)[0].dtype
     state = init_state(
         spec,
-        y0,
-        args,
-        jnp.asarray(t0, dtype),
-        jnp.asarray(t1, dtype),
-        jnp.asarray(ts, dtype),
+        y0=y0,
+        args=args,
+        t0=jnp.asarray(t0, dtype),
+        t1=jnp.asarray(t1, dtype),
+        ts=jnp.asarray(ts, dtype),
     )
     records: list[EventRecord] = []
 

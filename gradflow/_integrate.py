@@ -418,6 +418,7 @@ class _Setup(eqx.Module):
 
 def _prepare(
     chain,
+    *,
     init_scale,
     params,
     width,
@@ -653,19 +654,19 @@ def integrate(
     thresholds = _check_thresholds(thresholds)
     setup = _prepare(
         chain,
-        init_scale,
-        params,
-        width,
-        t1,
-        ts,
-        seed,
-        solver,
-        rtol,
-        atol,
-        max_steps,
-        dtype,
-        checkpoint,
-        checkpoint_every,
+        init_scale=init_scale,
+        params=params,
+        width=width,
+        t1=t1,
+        ts=ts,
+        seed=seed,
+        solver=solver,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        dtype=dtype,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
     )
     observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
     return solve(
@@ -799,11 +800,11 @@ def solve(
     ts = jnp.asarray(setup.ts, jdtype)
     state = init_state(
         spec,
-        setup.params0,
-        chain,
-        jnp.asarray(0.0, jdtype),
-        jnp.asarray(setup.t1, jdtype),
-        ts,
+        y0=setup.params0,
+        args=chain,
+        t0=jnp.asarray(0.0, jdtype),
+        t1=jnp.asarray(setup.t1, jdtype),
+        ts=ts,
     )
     records: list[EventRecord] = []
     resumed_from = None
@@ -838,7 +839,14 @@ def solve(
             checkpoint=None if checkpoint is None else write,
             resumed_from=resumed_from,
         )
-    traj = _trajectory(setup, settings, observer, driven, records, bool(save_attention))
+    traj = _trajectory(
+        setup,
+        settings=settings,
+        observer=observer,
+        driven=driven,
+        records=records,
+        save_attention=bool(save_attention),
+    )
     if driven.interrupted:
         raise _interrupted(traj, checkpoint)
     return traj
@@ -871,6 +879,7 @@ def _saves(setup: _Setup, state: LoopState, ok: bool):
 
 def _trajectory(
     setup: _Setup,
+    *,
     settings: dict,
     observer: Observer,
     driven: Driven,

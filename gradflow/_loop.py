@@ -86,10 +86,19 @@ def _zeros(shape_tree):
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shape_tree)
 
 
-@eqx.filter_jit
-def init_state(spec: Spec, y0, args, t0, t1, ts) -> LoopState:
+def init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
     """The state at `t0`: controller and solver initialised (the first step
-    size chosen by the controller), nothing saved yet."""
+    size chosen by the controller), nothing saved yet.
+
+    Every leaf is a strongly typed array, like the states `run_chunk` returns:
+    a Python scalar or a weakly typed leaf (Diffrax's initial controller state
+    has both) would make the first chunk compile once more."""
+    state = _init_state(spec, y0, args, t0, t1, ts)
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)
+
+
+@eqx.filter_jit
+def _init_state(spec: Spec, y0, args, t0, t1, ts) -> LoopState:
     term = spec.term
     solver = spec.solver
     tnext, controller_state = spec.controller.init(
