@@ -44,13 +44,17 @@ def register(subparsers) -> None:
         help="integrate a scenario, find its stages, write files and figures",
         description=(
             "Integrate the population gradient flow of one scenario, locate its "
-            "saddles and stages (condensation, focus, dilution, new_direction) "
-            "while solving, print a stage table, and write into --out: "
+            "saddles while solving and its stages (condensation, focus, dilution, "
+            "new_direction) from the saved points, print a stage table, and write "
+            "into --out: "
             "trajectory.npz, stages.csv, events.csv and the figures (summary, "
             "embedding PCA, attention at the stage boundaries; PNG and PDF). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
-            "--t1 20000 follows the loss down to the conditional entropy."
+            "--t1 20000 follows the loss down to the conditional entropy. "
+            "Compiled solves are kept in JAX's persistent compilation cache "
+            "(~/.cache/gradflow/jax, or $JAX_COMPILATION_CACHE_DIR), so a second "
+            "run of the same shapes starts without compiling."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -793,7 +793,7 @@ def solve(
     if save_attention is None:
         save_attention = setup.chain.d <= MAX_SAVED_ATTENTION_D
     settings = _settings(setup, observer, bool(save_attention))
-    checkpoint = _checkpointer(setup, dict(settings, layout=CHECKPOINT_LAYOUT))
+    checkpoint = _checkpointer(setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT))
     spec = _spec(setup, observer)
     chain = setup.chain_dt
     jdtype = setup.dtype

@@ -18,9 +18,11 @@ They read a [`gradflow.Trajectory`][] from
 import os
 from pathlib import Path
 
+import equinox as eqx
 import numpy as np
 
 from ._chain import entropy_bounds
+from ._model import attention
 from ._trajectory import Trajectory
 
 
@@ -246,6 +248,21 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     return fig
 
 
+_attention = eqx.filter_jit(attention)
+
+
+def _get(record, name, default=None):
+    """A field of a stage record (typed record or, in old files, a dict)."""
+    if isinstance(record, dict):
+        return record.get(name, default)
+    return getattr(record, name, default)
+
+
+def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
+    """The attention matrix at save `i`, from the saved parameters."""
+    return np.asarray(_attention(traj.params[i], traj.chain))
+
+
 def attention_figure(
     traj: Trajectory, *, max_panels: int = 8, title: str | None = None
 ):
@@ -256,33 +273,29 @@ def attention_figure(
 
     **Returns:** a matplotlib `Figure`.
     """
-    _require(traj, "event_t", "event_attention")
     plt = _pyplot()
-    ev_t = np.asarray(traj.extras["event_t"])
-    ev_A = np.asarray(traj.extras["event_attention"])
-    # The boundaries of the recorded stages, in time order (each is an event
-    # time, where the attention matrix was saved), the earliest first.
+    # The boundaries of the recorded stages, in time order, each shown at the
+    # save time nearest to it (the attention there is computed from the saved
+    # parameters), the earliest first.
     bounds = []
-    for st in sorted(traj.stages, key=lambda x: x["t_start"]):
+    for st in sorted(traj.stages, key=lambda x: _get(x, "t_start")):
         for key, verb in (("t_start", "start"), ("t_end", "end")):
-            t = float(st[key])
-            if t > 0 and (key == "t_start" or st.get("complete", True)):
-                bounds.append((t, f"{st['name'].replace('_', ' ')} {verb}"))
+            t = float(_get(st, key))
+            if t > 0 and (key == "t_start" or _get(st, "complete", True)):
+                bounds.append((t, f"{_get(st, 'name').replace('_', ' ')} {verb}"))
     bounds.sort()
     picks, used = [], []
+    ts = np.asarray(traj.ts)
     for t, name in bounds:
-        if not ev_t.size:
-            break
-        j = int(np.argmin(np.abs(ev_t - t)))
-        if j in used or abs(ev_t[j] - t) > 1e-9 * max(1.0, t):
+        j = int(np.argmin(np.abs(np.log(np.maximum(ts, 1e-300)) - np.log(t))))
+        if j in used or j == len(ts) - 1:
             continue
         used.append(j)
-        picks.append((f"{name}\nt = {t:.4g}", ev_A[j]))
+        picks.append((f"{name}\nt = {ts[j]:.4g}", _attention_at(traj, j)))
     picks = picks[: max_panels - 1]
-    if "attention" in traj.extras:
-        picks.append(
-            (f"final\nt = {traj.t_final:.4g}", np.asarray(traj.extras["attention"])[-1])
-        )
+    picks.append(
+        (f"final\nt = {traj.ts[-1]:.4g}", _attention_at(traj, len(traj.ts) - 1))
+    )
     if not picks:
         raise ValueError("the trajectory has no stage boundary events to show")
     n = len(picks)

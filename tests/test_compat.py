@@ -29,7 +29,8 @@ def test_old_checkpoint_is_refused_naming_the_layout(tmp_path):
     ck = tmp_path / "old.npz"
     ck.write_bytes((DATA / "checkpoint_v0.1.0.npz").read_bytes())
     with pytest.raises(
-        ValueError, match="layout = \\(unset\\) there, 'loop-state-2' here"
+        ValueError,
+        match='checkpoint_layout = "\\(unset\\)" there, "loop-state-2" here',
     ):
         gf.integrate(
             chain,
