@@ -97,6 +97,8 @@ def compare(a: dict, b: dict, stages: bool) -> str:
         sa = [s[0] for s in a["stages"]]
         sb = [s[0] for s in b["stages"]]
         lines.append(f"    stage sequence {'same' if sa == sb else 'DIFFERENT'}: {sb}")
+        if sa != sb:
+            lines.append(f"    baseline sequence: {sa}")
         if sa == sb:
             dt = [
                 abs(y / x - 1)
