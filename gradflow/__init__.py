@@ -58,11 +58,17 @@ from ._sgd import (  # noqa: E402
     load_sgd as load_sgd,
     train_sgd as train_sgd,
 )
+from ._stage_types import (  # noqa: E402
+    STAGE_KINDS as STAGE_KINDS,
+    Stage as Stage,
+    StageThresholds as StageThresholds,
+)
 from ._stages import (  # noqa: E402
     StageDetector as StageDetector,
-    StageThresholds as StageThresholds,
     detect_stages as detect_stages,
     monitor as monitor,
+    observe as observe,
+    observe_params as observe_params,
     stages_from_params as stages_from_params,
 )
 from ._theory import (  # noqa: E402

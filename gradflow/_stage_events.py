@@ -1,0 +1,442 @@
+r"""The event machine of the solve-time stage detector (legacy).
+
+`gradflow.integrate(stages=True)` still locates the built-in events during the
+solve with these conditions and [`StageDetector`][]; the redesigned loop
+(issue 11) replaces this with [`gradflow.detect_stages`][] run on the
+observations saved at every save time ([`gradflow.observe`][]), and this
+module goes away with it. `detect_event_stages` is the old sampled-curve
+version of that machine, kept for the tests that compare the two.
+"""
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._chain import MarkovChain
+from ._diagnostics import attention_entropy
+from ._model import Params, attention, population_loss
+from ._stage_types import Stage, StageThresholds
+
+
+_TINY = 1e-300
+
+
+BUILTIN_EVENTS = (
+    "saddle_escape",
+    "saddle_entry",
+    "focus_start",
+    "focus_end",
+    "new_direction_start",
+    "new_direction_end",
+)
+
+
+def _log_sv_ratios(W0: Float[Array, "m d"]) -> Float[Array, " n1"]:
+    s = jnp.linalg.svd(W0, compute_uv=False)
+    return jnp.log(jnp.maximum(s[1:], _TINY)) - jnp.log(jnp.maximum(s[0], _TINY))
+
+
+def monitor(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
+    r"""The dimensionless rates the stage detector reads, at one point.
+
+    **Returns:** a dict with `loss`, `speed` $s$, `entropy_rate` $e$,
+    `mass_rate` $\mu$ (shape `(d,)`), `sv_rate` $\rho$ (shape
+    `(min(m, d) - 1,)`, entry `j` for $\sigma_{j+2}/\sigma_1$... i.e. entry 0 is
+    $\sigma_2/\sigma_1$) and `sv_ratio` ($\sigma_{j+2}/\sigma_1$, same shape).
+    Every derivative is exact: one `jax.jvp` along the velocity $-\nabla L$.
+    """
+    loss, grad = jax.value_and_grad(population_loss)(params, chain)
+    velocity = jax.tree.map(jnp.negative, grad)
+    grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
+
+    def observe(p):
+        A = attention(p, chain)
+        return attention_entropy(A, chain.pi), chain.pi @ A, _log_sv_ratios(p.W0)
+
+    (_, _, log_ratios), (dH, dM, dlogr) = jax.jvp(observe, (params,), (velocity,))
+    loss_range = jnp.log(chain.d) - chain.conditional_entropy
+    return {
+        "loss": loss,
+        "speed": t * grad_sq / loss_range,
+        "entropy_rate": t * dH / chain.unigram_entropy,
+        "mass_rate": t * dM,
+        "sv_rate": t * dlogr,
+        "sv_ratio": jnp.exp(log_ratios),
+    }
+
+
+def condition_values(
+    mon: dict[str, Any], focus_token, direction_index, thresholds: StageThresholds
+) -> list:
+    """The six built-in conditions (in the order of `BUILTIN_EVENTS`), each
+    firing when it rises through zero. Works on JAX and NumPy values alike."""
+    th = thresholds
+    sv_rate = mon["sv_rate"]
+    # Width 1 (or d = 1 direction): no second singular value, so no new direction.
+    rho = (
+        sv_rate[..., direction_index]
+        if sv_rate.shape[-1] > 0
+        else -1.0 + 0 * mon["speed"]
+    )
+    return [
+        mon["speed"] - th.escape_speed,
+        th.entry_speed - mon["speed"],
+        -th.focus_rate - mon["entropy_rate"],
+        -mon["mass_rate"][..., focus_token],
+        rho - th.direction_rate,
+        th.direction_rate - rho,
+    ]
+
+
+class StageDetector:
+    """The state machine that turns events into stages.
+
+    Drive it with [`StageDetector.fire`][] (an event name, its time and the
+    monitored values there) and read `stages`, `events` and `active()` (which
+    built-in conditions are switched on now). `focus_token` and
+    `direction_index` are the data the conditions need.
+
+    **Arguments:**
+
+    - `d`: vocabulary size; `num_directions`: how many ratios
+      $\\sigma_{j+1}/\\sigma_1$ exist (`min(m, d) - 1`).
+    - `t0`, `loss0`: where the trajectory starts; `log_d`, `unigram`: the loss
+      levels $\\log d$ and $H(\\pi)$ (condensation is only recorded for a start
+      closer to $\\log d$ than to $H(\\pi)$).
+    - `thresholds`: a [`gradflow.StageThresholds`][].
+    - `labels`: token labels (for the records).
+    """
+
+    def __init__(
+        self,
+        d: int,
+        num_directions: int,
+        *,
+        t0: float,
+        loss0: float,
+        log_d: float,
+        unigram: float,
+        thresholds: StageThresholds,
+        labels: Sequence[str] | None = None,
+    ):
+        self.d = d
+        self.num_directions = num_directions
+        self.thresholds = thresholds
+        self.labels = list(labels) if labels is not None else [str(k) for k in range(d)]
+        self.stages: list[dict] = []
+        self.events: list[dict] = []
+        self.in_saddle = True
+        self.cycle = 1
+        self.focus_token = 0
+        self.direction_index = 0
+        self.open: dict[str, dict] = {}
+        if loss0 > 0.5 * (log_d + unigram):
+            self._open("condensation", t0, loss0, [])
+
+    # -- checkpoints -----------------------------------------------------------
+
+    _STATE = (
+        "stages",
+        "events",
+        "in_saddle",
+        "cycle",
+        "focus_token",
+        "direction_index",
+        "open",
+    )
+
+    def state_dict(self) -> dict:
+        """The detector's mutable state, JSON-able (for checkpoints)."""
+        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores a state from [`StageDetector.state_dict`][]."""
+        missing = [k for k in self._STATE if k not in state]
+        if missing:
+            raise ValueError(f"stage detector state lacks {missing}")
+        for k in self._STATE:
+            setattr(self, k, copy.deepcopy(state[k]))
+
+    # -- records ---------------------------------------------------------------
+
+    def _open(self, name, t, loss, tokens, **extra):
+        self.open[name] = {
+            "name": name,
+            "cycle": self.cycle,
+            "t_start": float(t),
+            "t_end": math.nan,
+            "loss_start": float(loss),
+            "loss_end": math.nan,
+            "tokens": [int(k) for k in tokens],
+            "token_labels": [self.labels[int(k)] for k in tokens],
+            "complete": False,
+            **extra,
+        }
+
+    def _close(self, name, t, loss, **extra):
+        stage = self.open.pop(name, None)
+        if stage is None:
+            return
+        stage.update(t_end=float(t), loss_end=float(loss), complete=True, **extra)
+        if stage.pop("counted", True):
+            self.stages.append(stage)
+
+    def finish(self, t, loss, info: dict | None = None) -> list[dict]:
+        """Closes the stages still open at the end (`complete = False`) and
+        returns all stages sorted by start time."""
+        for name in list(self.open):
+            stage = self.open.pop(name)
+            stage.update(t_end=float(t), loss_end=float(loss))
+            if name == "new_direction" and info is not None:
+                stage.update(self._direction_info(info))
+            if name in ("focus", "dilution") and info is not None:
+                mass = float(np.asarray(info["att_mass"])[self.focus_token])
+                stage["mass_end"] = mass
+                change = mass - stage["mass_start"]
+                if name == "dilution":
+                    change = -change
+                if change < self.thresholds.min_mass_change:
+                    stage["counted"] = False
+            if stage.pop("counted", True):
+                self.stages.append(stage)
+        self.stages.sort(key=lambda s: (s["t_start"], s["name"]))
+        return [Stage.from_dict(s) for s in self.stages]
+
+    # -- machine ---------------------------------------------------------------
+
+    def active(self) -> np.ndarray:
+        """Which of `BUILTIN_EVENTS` can fire now."""
+        has_dir = self.direction_index < self.num_directions
+        return np.array(
+            [
+                self.in_saddle,
+                not self.in_saddle,
+                "focus" not in self.open,
+                "focus" in self.open,
+                has_dir and "new_direction" not in self.open,
+                has_dir and "new_direction" in self.open,
+            ]
+        )
+
+    def _direction_info(self, info):
+        v = info.get("right_sv", info.get("right_sv_W0"))
+        j = self.direction_index + 1
+        if v is None or j >= len(v):
+            return {}
+        v = np.asarray(v[j])
+        # The two tokens the new direction pulls furthest apart.
+        tokens = [int(np.argmax(v)), int(np.argmin(v))]
+        return {
+            "tokens": [int(k) for k in tokens],
+            "token_labels": [self.labels[int(k)] for k in tokens],
+            "direction": [float(x) for x in v],
+        }
+
+    def fire(self, name: str, t: float, info: dict) -> dict:
+        """Applies one built-in event. `info` holds the monitored values at `t`
+        (`loss`, `mass_rate`, `att_mass`, `sv_ratio`, optionally
+        `right_sv`). Returns the event record."""
+        loss = float(info["loss"])
+        record = {"name": name, "t": float(t), "loss": loss}
+        if name == "saddle_escape":
+            self.in_saddle = False
+        elif name == "saddle_entry":
+            self.in_saddle = True
+            self._close("condensation", t, loss)
+            self._end_dilution(t, info)
+        elif name == "focus_start":
+            k = int(np.argmax(np.asarray(info["mass_rate"])))
+            self._close("condensation", t, loss)
+            self._end_dilution(t, info)
+            self.focus_token = k
+            mass = float(np.asarray(info["att_mass"])[k])
+            self._open("focus", t, loss, [k], mass_start=mass)
+            record["token"] = k
+        elif name == "focus_end":
+            k = self.focus_token
+            mass = float(np.asarray(info["att_mass"])[k])
+            stage = self.open.get("focus", {})
+            # A focus that moved less than min_mass_change of attention mass onto
+            # its token is drift, not a stage; it opens no dilution either.
+            counted = (
+                mass - stage.get("mass_start", -np.inf)
+                >= self.thresholds.min_mass_change
+            )
+            if not counted:
+                stage["counted"] = False
+                record["name"] = "focus_drift_end"
+            self._close("focus", t, loss, mass_end=mass)
+            if counted:
+                self._open("dilution", t, loss, [k], mass_start=mass)
+                # A dilution belongs to its focus's cycle, even if a new
+                # direction opened the next cycle meanwhile.
+                self.open["dilution"]["cycle"] = stage["cycle"]
+            record["token"] = k
+        elif name == "new_direction_start":
+            j = self.direction_index
+            ratio = float(np.asarray(info["sv_ratio"])[j])
+            counted = ratio < self.thresholds.direction_ratio
+            record["sv_ratio"] = ratio
+            if counted:
+                self.cycle += 1
+            else:
+                record["name"] = "sv_growth_start"
+            self._open("new_direction", t, loss, [], counted=counted, sv_index=j + 1)
+        elif name == "new_direction_end":
+            stage = self.open.get("new_direction", {})
+            j = self.direction_index
+            if stage.get("counted", True) and (
+                float(np.asarray(info["sv_ratio"])[j]) < self.thresholds.direction_ratio
+            ):
+                # The growth paused before the direction opened (ratio still
+                # below direction_ratio): the stage stays open; the condition
+                # fires again when the growth resumes and then slows down.
+                record["name"] = "new_direction_pause"
+                self.events.append(record)
+                return record
+            if not stage.get("counted", True):
+                record["name"] = "sv_growth_end"
+            self._close("new_direction", t, loss, **self._direction_info(info))
+            self.direction_index += 1
+            j = self.direction_index
+            # The next direction may already be opening (it started while this
+            # one was still growing): then its stage starts now.
+            if (
+                j < self.num_directions
+                and float(np.asarray(info["sv_rate"])[j])
+                > self.thresholds.direction_rate
+            ):
+                self.events.append(record)
+                return self.fire("new_direction_start", t, info)
+        else:
+            raise ValueError(
+                f"unknown built-in event {name!r}; one of {BUILTIN_EVENTS}"
+            )
+        self.events.append(record)
+        return record
+
+    def _end_dilution(self, t, info):
+        stage = self.open.get("dilution")
+        if stage is not None:
+            mass = float(np.asarray(info["att_mass"])[self.focus_token])
+            if stage["mass_start"] - mass < self.thresholds.min_mass_change:
+                stage["counted"] = False
+            self._close("dilution", t, float(info["loss"]), mass_end=mass)
+
+
+def _interp(a, i, f):
+    a = np.asarray(a)
+    return a[i] + f * (a[i + 1] - a[i]) if f > 0 else a[i]
+
+
+def detect_event_stages(
+    ts: Float[Array, " T"],
+    *,
+    loss,
+    speed,
+    entropy_rate,
+    mass_rate,
+    sv_rate,
+    sv_ratio,
+    att_mass,
+    right_sv=None,
+    log_d: float,
+    unigram: float,
+    thresholds: StageThresholds | None = None,
+    labels: Sequence[str] | None = None,
+) -> tuple[list[dict], list[dict]]:
+    r"""Stages of sampled curves: the event machine run on piecewise-linear data.
+
+    Runs the same [`StageDetector`][] as [`gradflow.integrate_stages`][], with
+    each event time found by linear interpolation between samples instead of a
+    root find on the solver's interpolant. Useful on saved trajectories and on
+    synthetic curves.
+
+    **Arguments:** the monitored curves at times `ts` (shape `(T,)`):
+    `loss`, `speed`, `entropy_rate` of shape `(T,)`; `mass_rate`, `att_mass` of
+    shape `(T, d)`; `sv_rate`, `sv_ratio` of shape `(T, n)`; optionally
+    `right_sv` of shape `(T, k, d)`. `log_d`, `unigram`: the loss levels
+    $\log d$ and $H(\pi)$.
+
+    **Returns:** `(stages, events)`, lists of dicts.
+    """
+    ts = np.asarray(ts, dtype=np.float64)
+    T = ts.shape[0]
+    curves = {
+        "loss": np.asarray(loss, dtype=np.float64),
+        "speed": np.asarray(speed, dtype=np.float64),
+        "entropy_rate": np.asarray(entropy_rate, dtype=np.float64),
+        "mass_rate": np.asarray(mass_rate, dtype=np.float64),
+        "sv_rate": np.asarray(sv_rate, dtype=np.float64),
+        "sv_ratio": np.asarray(sv_ratio, dtype=np.float64),
+        "att_mass": np.asarray(att_mass, dtype=np.float64),
+    }
+    if right_sv is not None:
+        curves["right_sv"] = np.asarray(right_sv, dtype=np.float64)
+    for name, value in curves.items():
+        if value.shape[:1] != (T,):
+            raise ValueError(
+                f"{name} must have {T} samples along its first axis (one per time), "
+                f"got shape {value.shape}"
+            )
+    if T < 2 or not (np.diff(ts) > 0).all():
+        raise ValueError("ts must hold at least two strictly increasing times")
+    thresholds = StageThresholds() if thresholds is None else thresholds
+    d = curves["mass_rate"].shape[1]
+    det = StageDetector(
+        d,
+        curves["sv_rate"].shape[1],
+        t0=ts[0],
+        loss0=curves["loss"][0],
+        log_d=log_d,
+        unigram=unigram,
+        thresholds=thresholds,
+        labels=labels,
+    )
+    mask = det.active()
+    last = max(curves["sv_rate"].shape[1] - 1, 0)  # (conditions past it are off)
+
+    def at(i, f):
+        return {k: _interp(v, i, f) for k, v in curves.items()}
+
+    def conds(i, f):
+        return np.array(
+            condition_values(
+                at(i, f), det.focus_token, min(det.direction_index, last), thresholds
+            ),
+            dtype=np.float64,
+        )
+
+    i, f = 0, 0.0
+    skip = None
+    while i < T - 1:
+        old = conds(i, f)
+        new = conds(i + 1, 0.0)
+        can = mask & (old <= 0) & (new > 0)
+        if skip is not None and skip[0] == i:
+            can[skip[1]] = False
+        if not can.any():
+            i, f = i + 1, 0.0
+            continue
+        # Root of each crossing condition on this (linear) piece; the earliest wins.
+        frac = np.where(can, old / np.where(can, old - new, 1.0), np.inf)
+        k = int(np.argmin(frac))
+        f_event = f + (1.0 - f) * float(frac[k])
+        t_event = ts[i] + f_event * (ts[i + 1] - ts[i])
+        det.fire(BUILTIN_EVENTS[k], t_event, at(i, f_event))
+        mask = det.active()
+        # Restarting on its own root must not fire it again: off for the rest
+        # of this piece (after it, it must first cross back).
+        if f_event >= 1.0:
+            i, f = i + 1, 0.0
+        else:
+            f = f_event
+        skip = (i, k)
+    stages = det.finish(ts[-1], curves["loss"][-1], at(T - 2, 1.0) if T > 1 else None)
+    return stages, det.events
