@@ -34,6 +34,7 @@ STAGE_FIELDS = (
     "complete",
     "mass_start",
     "mass_end",
+    "sv_index",
 )
 EVENT_FIELDS = ("name", "t", "loss", "token", "sv_ratio")
 
@@ -224,6 +225,7 @@ def write_csv(path: Path, rows, fields) -> None:
         w = csv.writer(text)
         w.writerow(fields)
         for r in rows:
+            r = r.to_dict() if hasattr(r, "to_dict") else r
             w.writerow([_cell(r.get(k)) for k in fields])
         f.write(text.getvalue().encode())
 
@@ -237,12 +239,12 @@ def format_stage_table(stages) -> str:
         f"{'loss_start':>10} {'loss_end':>10}  tokens"
     ]
     for s in stages:
-        tokens = ",".join(s.get("token_labels") or [])
-        flag = "" if s.get("complete", True) else "  (still open at t1)"
+        tokens = ",".join(s.token_labels)
+        flag = "" if s.complete else "  (still open at t1)"
         lines.append(
-            f"{s['name']:<14} {s['cycle']:>5} "
-            f"{s['t_start']:>10.4g} {s['t_end']:>10.4g} "
-            f"{s['loss_start']:>10.5f} {s['loss_end']:>10.5f}  {tokens}{flag}"
+            f"{s.name:<14} {s.cycle:>5} "
+            f"{s.t_start:>10.4g} {s.t_end:>10.4g} "
+            f"{s.loss_start:>10.5f} {s.loss_end:>10.5f}  {tokens}{flag}"
         )
     return "\n".join(lines)
 

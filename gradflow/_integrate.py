@@ -632,7 +632,7 @@ def integrate(
     traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
     traj.loss[-1], traj.chain.conditional_entropy
     for s in traj.stages:
-        print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
+        print(s.name, s.cycle, s.t_start, s.t_end, s.tokens)
     ```
     """
     if stages or events or callbacks:

@@ -610,27 +610,60 @@ def detect_stages(
     return tuple(Stage(**r) for r in records)
 
 
+_EVENT_NAMES = {
+    "plateau": ("saddle_entry", "saddle_escape"),
+    "focus": ("focus_start", "focus_end"),
+    "new_direction": ("new_direction_start", "new_direction_end"),
+}
+
+
+def stage_events(stages: Sequence[Stage]) -> tuple[dict, ...]:
+    """The boundaries of `stages` as event records (dicts with `name`, `t`,
+    `loss`, plus `token` for focus events and `sv_index` for directions),
+    sorted by time: a plateau's start and end are `saddle_entry` and
+    `saddle_escape`, a focus's `focus_start` and `focus_end`, a new
+    direction's `new_direction_start` and `new_direction_end`. An end still
+    open at the last save is no event."""
+    out = []
+    for s in stages:
+        names = _EVENT_NAMES.get(s.name)
+        if names is None:
+            continue
+        extra = {}
+        if s.name == "focus" and s.tokens:
+            extra["token"] = s.tokens[0]
+        if s.name == "new_direction":
+            extra["sv_index"] = s.sv_index
+        out.append(dict(name=names[0], t=s.t_start, loss=s.loss_start, **extra))
+        if s.complete:
+            out.append(dict(name=names[1], t=s.t_end, loss=s.loss_end, **extra))
+    out.sort(key=lambda e: e["t"])
+    return tuple(out)
+
+
 def stages_from_params(
     ts,
     params: Params,
     chain: MarkovChain,
     thresholds: StageThresholds | None = None,
-) -> tuple[tuple[Stage, ...], dict[str, np.ndarray]]:
+) -> tuple[tuple[Stage, ...], tuple[dict, ...], dict[str, np.ndarray]]:
     r"""Stages of any sequence of saved parameters (a flow saved without
     stages, an SGD run, ...): [`gradflow.observe_params`][] then
     [`gradflow.detect_stages`][].
 
-    The rates are those of the population flow at the saved points (exact
-    `jax.jvp` along $-\nabla L$), so for SGD iterates they describe the drift
-    SGD follows on average, not its noise. One compilation per shape: calling
-    it again (another run, another chain of the same `d`) does not recompile.
+    For SGD iterates the curves carry SGD's noise; the detector's rates are
+    secants over `thresholds.rate_window` e-folds of $t$, which average it
+    over that window. One compilation per shape: calling it again (another
+    run, another chain of the same `d`) does not recompile.
 
-    **Returns:** `(stages, observations)`: a tuple of [`gradflow.Stage`][] and
-    the observations (NumPy arrays with a leading time axis).
+    **Returns:** `(stages, events, observations)`: a tuple of
+    [`gradflow.Stage`][], their boundaries as event records
+    ([`stage_events`][]), and the observations (NumPy arrays with a leading
+    time axis).
     """
     obs = observe_params(ts, params, chain)
     stages = detect_stages(ts, obs, chain=chain, thresholds=thresholds)
-    return stages, obs
+    return stages, stage_events(stages), obs
 
 
 __all__ = [
@@ -641,5 +674,6 @@ __all__ = [
     "monitor",
     "observe",
     "observe_params",
+    "stage_events",
     "stages_from_params",
 ]

@@ -12,6 +12,7 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
+from ._stage_types import Stage
 from ._model import Params
 
 
@@ -196,7 +197,7 @@ def read_result(path, format_name: str, format_version: int, what: str, own: tup
             stats=meta["stats"],
             ok=bool(meta["ok"]),
             message=meta["message"],
-            stages=tuple(meta.get("stages", ())),
+            stages=tuple(Stage.from_dict(s) for s in meta.get("stages", ())),
             events=tuple(meta.get("events", ())),
             extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
         )

@@ -70,19 +70,19 @@ def _positive_time(traj: Trajectory):
     return np.flatnonzero(np.asarray(traj.ts) > 0)
 
 
-def _stage_label(stage: dict) -> str:
-    return stage["name"].replace("_", " ")
+def _stage_label(stage) -> str:
+    return stage.name.replace("_", " ")
 
 
 def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> None:
     """Shades each stage's time interval on `ax` in its stage colour."""
     seen = set()
     for s in stages:
-        t0, t1 = s["t_start"], s["t_end"]
+        t0, t1 = s.t_start, s.t_end
         if not (np.isfinite(t0) and np.isfinite(t1)):
             continue
         t0 = max(t0, 1e-300)
-        name = s["name"]
+        name = s.name
         label = None
         if labels and name not in seen:
             label = _stage_label(s)
@@ -263,11 +263,11 @@ def attention_figure(
     # The boundaries of the recorded stages, in time order (each is an event
     # time, where the attention matrix was saved), the earliest first.
     bounds = []
-    for st in sorted(traj.stages, key=lambda x: x["t_start"]):
+    for st in sorted(traj.stages, key=lambda x: x.t_start):
         for key, verb in (("t_start", "start"), ("t_end", "end")):
-            t = float(st[key])
-            if t > 0 and (key == "t_start" or st.get("complete", True)):
-                bounds.append((t, f"{st['name'].replace('_', ' ')} {verb}"))
+            t = float(getattr(st, key))
+            if t > 0 and (key == "t_start" or st.complete):
+                bounds.append((t, f"{st.name.replace('_', ' ')} {verb}"))
     bounds.sort()
     picks, used = [], []
     for t, name in bounds:
