@@ -12,8 +12,8 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._stage_types import Stage
 from ._model import Params
+from ._stage_types import Stage
 
 
 FORMAT_NAME = "gradflow-trajectory"

@@ -191,7 +191,7 @@ def test_detect_stages_on_synthetic_curves():
     assert set(focus.tokens) == {1, 2}
     assert focus.entropy_end < focus.entropy_start
     # the focus tokens' mass peaks at u = 4.3 (where the rise and the fall balance)
-    peak = ts[1 + np.argmax((obs["att_mass"][1:, 1] + obs["att_mass"][1:, 2]))]
+    peak = ts[1 + np.argmax(obs["att_mass"][1:, 1] + obs["att_mass"][1:, 2])]
     assert focus.t_end == pytest.approx(peak, rel=0.02)
     new = stages[4]
     assert (new.sv_index, new.tokens, new.cycle) == (1, (3, 2), 2)
