@@ -31,8 +31,11 @@ import gradflow as gf
 
 T1 = 20000.0
 INIT_SCALE = 1e-3
-# 4 * 398 intervals: every 4th dense time (after 0) is a default save time.
+# 4 * 398 intervals: every 4th dense time (after 0) is one of today's 400
+# default save times, every 2nd one of the 797 the detector needs (STAGES_NUM).
 DENSE_NUM = 1594
+STAGES_STEP = 2
+STAGES_NUM = 797
 
 
 def suite() -> list[dict]:
@@ -117,7 +120,7 @@ def _labeller():
     return stages_labeller
 
 
-def detect_on_default_grid(traj, thresholds=None, step=4):
+def detect_on_default_grid(traj, thresholds=None, step=STAGES_STEP):
     """What `integrate(stages=True)` will do: observe at the default save
     times (every 4th dense save; `step` = 1: every dense save) and detect.
     Returns `(stages, seconds)`."""
@@ -130,7 +133,7 @@ def detect_on_default_grid(traj, thresholds=None, step=4):
     return stages, time.perf_counter() - start
 
 
-def evaluate(entries, *, verbose=True, step=4):
+def evaluate(entries, *, verbose=True, step=STAGES_STEP):
     """Detector (default grid) against labeller (dense grid) on every entry.
     Returns `(summary, results)`."""
     lab = _labeller()
@@ -221,10 +224,143 @@ def default_scenario(results) -> bool:
     return same and worst <= 0.01
 
 
+def calibrate(entries, step=STAGES_STEP):
+    """The measurements behind each threshold (docs/stages.md), per family."""
+    from gradflow._stages import _Curves, _focus_episodes, _plateaus
+
+    th = gf.StageThresholds()
+    rows = {}
+    for e in entries:
+        traj = solve(e)
+        idx = np.r_[0, np.arange(1, len(traj.ts), step)]
+        ts = np.asarray(traj.ts)[idx]
+        params = jax.tree.map(lambda x, i=idx: np.asarray(x)[i], traj.params)
+        obs = gf.observe_params(ts, params, traj.chain)
+        c = _Curves(ts, obs, traj.chain, th.rate_window)
+        R = rows.setdefault(
+            e["family"],
+            {
+                k: []
+                for k in (
+                    "plateau_min_speed",
+                    "drop_peak_speed",
+                    "plateau_abs_e",
+                    "focus_min_e",
+                    "kept_drop",
+                    "kept_gain",
+                    "dropped_drop",
+                    "dropped_gain",
+                    "burst_max_rho",
+                    "quiet_abs_rho",
+                )
+            },
+        )
+        s = c.obs["speed"]
+        plateaus, _ = _plateaus(c, th)
+        bounds = [(a[0], (b[0] if b else len(ts) - 1)) for a, b in plateaus]
+        for a, b in bounds:
+            R["plateau_min_speed"].append(s[a + 1 : b + 1].min() if b > a else s[a])
+            R["plateau_abs_e"].append(
+                np.abs(c.obs["entropy_rate"][a + 1 : b + 1]).max() if b > a else 0
+            )
+        for (_, b0), (a1, _) in zip(bounds[:-1], bounds[1:]):
+            R["drop_peak_speed"].append(s[b0 : a1 + 1].max())
+        H_pi = float(traj.chain.unigram_entropy)
+        for f in _focus_episodes(c, th, H_pi):
+            kept = (
+                f["tokens"]
+                and f["entropy_drop"] >= th.min_entropy_drop
+                and f["mass_gain"] >= th.min_mass_change
+            )
+            R["kept_drop" if kept else "dropped_drop"].append(f["entropy_drop"])
+            R["kept_gain" if kept else "dropped_gain"].append(f["mass_gain"])
+            if kept:
+                R["focus_min_e"].append(
+                    c.obs["entropy_rate"][f["start"][0] : f["end"][0] + 2].min()
+                )
+        rho, r = c.obs["sv_rate"], c.obs["sv_ratio"]
+        for k in range(r.shape[1]):
+            opening = (r[:, k] > th.direction_open) & (
+                np.minimum.accumulate(r[:, k]) < th.direction_low
+            )
+            if opening.any():
+                j = int(np.argmax(opening))
+                lo = int(np.flatnonzero(r[: j + 1, k] < th.direction_low)[-1])
+                R["burst_max_rho"].append(rho[lo : j + 1, k].max())
+            else:
+                R["quiet_abs_rho"].append(np.abs(rho[len(ts) // 10 :, k]).max())
+        print(e["name"], "done", flush=True)
+
+    def q(v, f):
+        return f"{f(v):.3g}" if len(v) else "-"
+
+    print(
+        f"\n{'family':<10} {'plateau s (max of min)':>22} {'drop peak s (min)':>18} "
+        f"{'|e| on plateaus (median max)':>28} {'focus min e (max)':>18}"
+    )
+    for fam, R in rows.items():
+        print(
+            f"{fam:<10} {q(R['plateau_min_speed'], np.max):>22} {q(R['drop_peak_speed'], np.min):>18} "
+            f"{q(R['plateau_abs_e'], np.median):>28} {q(R['focus_min_e'], np.max):>18}"
+        )
+    print(
+        f"\n{'family':<10} {'kept: min drop/H':>16} {'min gain':>9} {'dropped: max drop/H':>20} "
+        f"{'max gain':>9} {'n kept/dropped':>15}"
+    )
+    for fam, R in rows.items():
+        print(
+            f"{fam:<10} {q(R['kept_drop'], np.min):>16} {q(R['kept_gain'], np.min):>9} "
+            f"{q(R['dropped_drop'], np.max):>20} {q(R['dropped_gain'], np.max):>9} "
+            f"{len(R['kept_drop']):>7}/{len(R['dropped_drop'])}"
+        )
+    print(
+        f"\n{'family':<10} {'opening: min of max rho':>24} {'no opening: max |rho|':>22}"
+    )
+    for fam, R in rows.items():
+        print(
+            f"{fam:<10} {q(R['burst_max_rho'], np.min):>24} {q(R['quiet_abs_rho'], np.max):>22}"
+        )
+    return rows
+
+
+def cost(entries):
+    """Detection (observe over the saves + detect_stages) against the bare
+    solve of the same call, both warm (compiled), on the stages grid."""
+    print(
+        f"\n{'trajectory':<18} {'bare solve s':>12} {'observe+detect s':>17} {'ratio':>6}"
+    )
+    for e in entries:
+        kw = dict(width=e["width"], seed=e["seed"], t1=T1, stages=False, progress=False)
+        ts = gf.default_save_times(T1, STAGES_NUM)
+        chain = e["chain"]()
+        for _ in range(2):  # the first call compiles
+            start = time.perf_counter()
+            traj = gf.integrate(chain, INIT_SCALE, ts=ts, **kw)
+            bare = time.perf_counter() - start
+            start = time.perf_counter()
+            obs = gf.observe_params(traj.ts, traj.params, chain)
+            gf.detect_stages(traj.ts, obs, chain=chain)
+            det = time.perf_counter() - start
+        print(
+            f"{e['name']:<18} {bare:>12.2f} {det:>17.2f} {det / bare:>6.2f}", flush=True
+        )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the CI subset only")
     parser.add_argument("--solve-only", action="store_true")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="threshold measurements"
+    )
+    parser.add_argument("--cost", action="store_true", help="detection vs bare solve")
+    parser.add_argument(
+        "--step",
+        type=int,
+        default=STAGES_STEP,
+        help="the detector reads every STEP-th dense save (2: 797 saves, the "
+        "stages grid; 4: today's 400 default saves)",
+    )
     args = parser.parse_args(argv)
     entries = [e for e in suite() if not args.quick or e["name"] in QUICK]
     for e in entries:
@@ -233,7 +369,15 @@ def main(argv=None) -> int:
         print(f"{e['name']}: {time.perf_counter() - start:.1f} s", flush=True)
     if args.solve_only:
         return 0
-    summary, results = evaluate(entries)
+    if args.calibrate:
+        calibrate(entries, args.step)
+        return 0
+    if args.cost:
+        cost([e for e in entries if e["name"] in QUICK])
+        return 0
+    n = len(np.r_[0, np.arange(1, DENSE_NUM, args.step)])
+    print(f"detector on {n} saves, labeller on {DENSE_NUM}")
+    summary, results = evaluate(entries, step=args.step)
     ok = print_summary(summary, results)
     ok &= default_scenario(results)
     print("\nall criteria met" if ok else "\nNOT all criteria met")
