@@ -148,8 +148,9 @@ def evaluate(entries, *, verbose=True, step=STAGES_STEP):
         if verbose:
             n = {k: v[1] for k, v in sorted(r["counts"].items())}
             bad = len(r["missed"]) + len(r["extra"])
+            cycles = max((s.cycle for s in stages), default=0)
             print(
-                f"{e['name']:<18} detected {n}  unmatched {bad}  openings "
+                f"{e['name']:<18} cycles {cycles} detected {n}  unmatched {bad}  openings "
                 f"{r['openings']} (uncovered {len(r['uncovered'])})",
                 flush=True,
             )
