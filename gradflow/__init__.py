@@ -69,6 +69,7 @@ from ._stages import (  # noqa: E402
     monitor as monitor,
     observe as observe,
     observe_params as observe_params,
+    stage_events as stage_events,
     stages_from_params as stages_from_params,
 )
 from ._theory import (  # noqa: E402

@@ -71,7 +71,14 @@ def test_labeller_sees_a_planted_opening():
     r = np.stack([1e-3 + 0.8 / (1 + np.exp(-(np.log(t) - 6.0) / 0.2))], axis=1)
     c = dict(t=t, r=r)
     ((k, lo, hi),) = lab.openings(c)
-    assert k == 1 and lo < np.exp(6.0) < hi
+
+    def when(level):  # r = level, solved exactly
+        x = (level - 1e-3) / 0.8
+        return np.exp(6.0 + 0.2 * np.log(x / (1 - x)))
+
+    assert k == 1
+    assert lo == pytest.approx(when(0.05), rel=1e-3)
+    assert hi == pytest.approx(when(0.3), rel=1e-3)
 
 
 @pytest.mark.slow
