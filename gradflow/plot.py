@@ -183,6 +183,9 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
             f"d = {d}, width {s.get('width')}, init scale {s.get('init_scale')}, "
             f"seed {s.get('seed')}"
         )
+    # the time axis spans the saves (a stage starting at t = 0 would stretch
+    # the log axis down to its clipping value)
+    axes[-1].set_xlim(t[0], t[-1])
     fig.suptitle(title)
     fig.tight_layout()
     return fig
