@@ -32,10 +32,10 @@ import gradflow as gf
 T1 = 20000.0
 INIT_SCALE = 1e-3
 # 4 * 398 intervals: every 4th dense time (after 0) is one of today's 400
-# default save times, every 2nd one of the 797 the detector needs (STAGES_NUM).
+# default save times, every 2nd one of the 798 the detector needs (STAGES_NUM).
 DENSE_NUM = 1594
 STAGES_STEP = 2
-STAGES_NUM = 797
+STAGES_NUM = 798
 
 
 def suite() -> list[dict]:
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
         "--step",
         type=int,
         default=STAGES_STEP,
-        help="the detector reads every STEP-th dense save (2: 797 saves, the "
+        help="the detector reads every STEP-th dense save (2: 798 saves, the "
         "stages grid; 4: today's 400 default saves)",
     )
     args = parser.parse_args(argv)
