@@ -22,7 +22,9 @@ import numpy as np
 import optax
 
 import gradflow as gf
-from gradflow._sgd import ChainSampler, _loss, sgd_step
+from gradflow._sgd import sgd_step
+from gradflow._sgd_loss import batch_loss
+from gradflow._sgd_samplers import ChainSampler
 
 
 def timeit(fn, reps):
@@ -56,7 +58,7 @@ def main():
     step = eqx.filter_jit(lambda p, st, k: sgd_step(p, st, k, sampler, opt, b))
     sample = jax.jit(lambda k: sampler(k, b))
     batch = sample(key)
-    grad_counted = jax.jit(jax.grad(_loss))
+    grad_counted = jax.jit(jax.grad(batch_loss))
     grad_positions = jax.jit(jax.grad(gf.finite_context_loss))
 
     results = {

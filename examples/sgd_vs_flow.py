@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 from gradflow._model import _attention_weights  # noqa: E402
-from gradflow._sgd import ChainSampler, context_counts  # noqa: E402
+from gradflow._sgd_loss import context_counts  # noqa: E402
+from gradflow._sgd_samplers import ChainSampler  # noqa: E402
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"

@@ -13,10 +13,10 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from . import (  # noqa: E402
-    _theory as theory,  # noqa: F401
     chains as chains,
     solvers as solvers,
     text as text,
+    theory as theory,
 )
 from ._chain import (  # noqa: E402
     MarkovChain as MarkovChain,
@@ -53,11 +53,8 @@ from ._model import (  # noqa: E402
     population_logits as population_logits,
     population_loss as population_loss,
 )
-from ._sgd import (  # noqa: E402
-    SGDRun as SGDRun,
-    load_sgd as load_sgd,
-    train_sgd as train_sgd,
-)
+from ._sgd import train_sgd as train_sgd  # noqa: E402
+from ._sgd_run import SGDRun as SGDRun, load_sgd as load_sgd  # noqa: E402
 from ._stage_types import (  # noqa: E402
     STAGE_KINDS as STAGE_KINDS,
     Stage as Stage,
@@ -72,14 +69,14 @@ from ._stages import (  # noqa: E402
     stage_events as stage_events,
     stages_from_params as stages_from_params,
 )
-from ._theory import (  # noqa: E402
+from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from .theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,
     Linearization as Linearization,
     critical_points as critical_points,
     linearize as linearize,
     theory_report as theory_report,
 )
-from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
 
 
 try:

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import gradflow as gf
 
-    from ._theory import critical_points, format_report, theory_report
+    from .theory import critical_points, format_report, theory_report
 
     if not (math.isfinite(args.threshold) and args.threshold > 0):
         raise SystemExit(f"--threshold must be finite and > 0, got {args.threshold}")
@@ -88,7 +88,7 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from ._theory import flank_rate
+    from .theory import flank_rate
 
     ts = np.asarray(traj.ts)
     keep = ts > 0

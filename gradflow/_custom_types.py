@@ -18,6 +18,10 @@ Attention: TypeAlias = Float[Array, "d d"]
 Tokens: TypeAlias = Int[Array, "*batch s"]
 Scalar: TypeAlias = Shaped[Array, ""]
 
+# The fields of `gradflow.Params`, in order: how saved files, checkpoints and
+# flat parameter vectors name and order the four weight matrices.
+PARAM_NAMES = ("W0", "W1", "WQ", "WK")
+
 __all__ = [
     "Array",
     "ArrayLikeMatrix",
@@ -26,6 +30,7 @@ __all__ = [
     "Embedding",
     "Float",
     "Int",
+    "PARAM_NAMES",
     "Projection",
     "RealScalarLike",
     "Scalar",

@@ -2,44 +2,31 @@ r"""Finite-N SGD of the finite-context model (SPEC section 6), logged on the
 flow's time axis $t = \text{lr} \times \text{step}$ and measured with the flow's
 metric: the population loss of every saved iterate.
 
-Data come from a sampler, an `eqx.Module` holding its arrays as fields (so a
-new chain or corpus of the same size reuses the compiled step):
-
-- `ChainSampler`: fresh sequences from a [`gradflow.MarkovChain`][] (`x_1`
-  from $\pi$, then $P$), drawn by inverse CDF with one `lax.scan` over
-  positions, vectorised over the batch;
-- `WindowSampler`: random windows of a token stream (real text);
-- `DatasetSampler`: a fixed set of `N` sequences (finite-N), a batch drawn
-  without replacement each step.
+This module is the training loop (`train_sgd`, `sgd_step`, the compiled chunk
+of steps). Its pieces live by concept: the samplers in `_sgd_samplers.py`, the
+finite-context and population losses in `_sgd_loss.py`, the result and its
+file format in `_sgd_run.py`, the checkpointed state in `_sgd_checkpoint.py`.
 """
 
-import functools
 import math
 import os
-import re
 import time
-import types
-from pathlib import Path
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import PRNGKeyArray
 
 from ._chain import MarkovChain
 from ._checkpoint import (
     DEFAULT_EVERY,
     Checkpointer,
     Interrupted,
-    _digest,
     check_every,
     check_path,
     deferred_interrupt,
-    pack_tree,
-    unpack_tree,
 )
 from ._errors import show
 from ._integrate import (
@@ -49,139 +36,22 @@ from ._integrate import (
     default_save_times,
     initial_point,
 )
-from ._model import (
-    Params,
-    _attention_weights,
-    _check_seed,
-    population_loss as _population_loss,
+from ._model import Params, _check_seed
+from ._sgd_checkpoint import (
+    checkpoint_state,
+    fingerprint,
+    optimizer_repr,
+    restore_state,
 )
+from ._sgd_loss import batch_loss, population_observables
+from ._sgd_run import SGDRun
+from ._sgd_samplers import AbstractSampler, ChainSampler, DatasetSampler, WindowSampler
 from ._text import TokenStream
-from ._trajectory import AbstractResult, read_result, write_result
 
 
-FORMAT_NAME = "gradflow-sgd"
-FORMAT_VERSION = 1
-_PARAM_NAMES = ("W0", "W1", "WQ", "WK")
 # Steps run inside one compiled call between progress-bar updates. Results do
 # not depend on it: step k always uses the key fold_in(key, k).
 _CHUNK = 2000
-
-
-# --------------------------------------------------------------------- samplers
-
-
-class AbstractSampler(eqx.Module):
-    """Draws a batch of token sequences of length `context + 1`."""
-
-    context: eqx.AbstractVar[int]
-
-    def __call__(self, key: PRNGKeyArray, batch_size: int) -> Int[Array, "b s1"]:
-        raise NotImplementedError
-
-
-class ChainSampler(AbstractSampler):
-    r"""Sequences of a Markov chain: $x_1 \sim \pi$, $x_{t+1} \sim P[x_t]$.
-
-    Sampling is by inverse CDF: one uniform per token, drawn all at once; a
-    `lax.scan` over the `context` positions advances the whole batch.
-    """
-
-    cdf_pi: Float[Array, " d"]
-    cdf_P: Float[Array, "d d"]
-    context: int = eqx.field(static=True)
-
-    def __init__(self, chain: MarkovChain, context: int):
-        self.cdf_pi = jnp.cumsum(chain.pi)
-        self.cdf_P = jnp.cumsum(chain.P, axis=-1)
-        self.context = int(context)
-
-    def __call__(self, key, batch_size):
-        d = self.cdf_pi.shape[0]
-        u = jax.random.uniform(key, (self.context + 1, batch_size), self.cdf_pi.dtype)
-
-        def pick(cdf, v):
-            # Number of CDF entries below v; clipped so that rounding in the
-            # last CDF entry (0.9999999...) can never produce token d.
-            return jnp.minimum(jnp.sum(v[..., None] >= cdf, axis=-1), d - 1)
-
-        x0 = pick(self.cdf_pi, u[0])
-
-        def advance(x, v):
-            nxt = pick(self.cdf_P[x], v)
-            return nxt, nxt
-
-        _, rest = jax.lax.scan(advance, x0, u[1:])
-        return jnp.concatenate([x0[None], rest], axis=0).T.astype(jnp.int32)
-
-
-class WindowSampler(AbstractSampler):
-    """Windows of `context + 1` consecutive tokens of a stream, uniform starts."""
-
-    ids: Int[Array, " n"]
-    context: int = eqx.field(static=True)
-
-    def __call__(self, key, batch_size):
-        n = self.ids.shape[0]
-        starts = jax.random.randint(key, (batch_size,), 0, n - self.context)
-        return self.ids[starts[:, None] + jnp.arange(self.context + 1)]
-
-
-class DatasetSampler(AbstractSampler):
-    """A fixed dataset of `N` sequences; each batch is `batch_size` distinct
-    sequences drawn uniformly (without replacement). With `batch_size = N` every
-    step is a full-batch gradient step."""
-
-    sequences: Int[Array, "N s1"]
-    context: int = eqx.field(static=True)
-
-    def __call__(self, key, batch_size):
-        N = self.sequences.shape[0]
-        if batch_size == N:
-            return self.sequences
-        index = jax.random.choice(key, N, (batch_size,), replace=False)
-        return self.sequences[index]
-
-
-# ------------------------------------------------------------------------- step
-
-
-def context_counts(
-    sequences: Int[Array, "b s1"], d: int, dtype=jnp.float64
-) -> tuple[Int[Array, " b"], Float[Array, "b d"], Int[Array, " b"]]:
-    """Splits sequences `x_1..x_{s+1}` into what the model sees: the query token
-    `x_s`, the count of each token among `x_1..x_s`, and the target `x_{s+1}`."""
-    context = sequences[:, :-1]
-    counts = jnp.sum(jax.nn.one_hot(context, d, dtype=dtype), axis=1)
-    return context[:, -1], counts, sequences[:, -1]
-
-
-def counted_context_loss(
-    params: Params,
-    query: Int[Array, " b"],
-    counts: Float[Array, "b d"],
-    target: Int[Array, " b"],
-) -> jax.Array:
-    r"""The finite-context loss of SPEC section 2, computed from token counts.
-
-    Positions holding the same token get the same score, so the softmax over
-    the $s$ positions is a softmax over the $d$ tokens weighted by their counts
-    $n_k$: $\alpha_k \propto n_k e^{S[q, k]}$, $h = W_0 \alpha$. This is the
-    population formula with $\pi$ replaced by the context's own token counts,
-    and it uses the same attention primitive. Equal to
-    [`gradflow.finite_context_loss`][] on the same sequences (tested), but
-    $O(b\,d\,m)$ instead of $O(b\,s\,m^2)$ with a scatter in the gradient.
-    """
-    E = params.W0
-    alpha = _attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
-    logits = params.W1 @ (E @ alpha.T)  # (d, b)
-    logp = jax.nn.log_softmax(logits, axis=0)
-    return -jnp.mean(jnp.take_along_axis(logp, target[None, :], axis=0))
-
-
-def _loss(params: Params, batch) -> jax.Array:
-    return counted_context_loss(
-        params, *context_counts(batch, params.d, params.W0.dtype)
-    )
 
 
 def sgd_step(
@@ -195,7 +65,7 @@ def sgd_step(
     """One step: draw a batch, take the gradient of the finite-context loss,
     apply the optimizer. Returns `(params, opt_state, batch_loss)`."""
     batch = sampler(key, batch_size)
-    loss, grads = jax.value_and_grad(_loss)(params, batch)
+    loss, grads = jax.value_and_grad(batch_loss)(params, batch)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
@@ -229,129 +99,12 @@ def _draw(sampler, key, num):
 
 @eqx.filter_jit
 def _first_batch_loss(params, key, sampler, batch_size):
-    return _loss(params, sampler(key, batch_size))
-
-
-@eqx.filter_jit
-def _population_observables(params: Params, chain: MarkovChain):
-    def one(p):
-        loss, grad = jax.value_and_grad(_population_loss)(p, chain)
-        grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
-        return loss, jnp.sqrt(grad_sq)
-
-    return jax.vmap(one)(params)
-
-
-_OBS_CHUNK = 64
-
-
-def _pad_rows(x):
-    """Pads the leading axis to `_OBS_CHUNK` rows by repeating the last row."""
-    extra = _OBS_CHUNK - x.shape[0]
-    return jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
-
-
-def population_observables(params: Params, chain: MarkovChain):
-    """Population loss and $|\nabla L|$ of stacked parameters, in chunks of a
-    fixed size (the last one padded) so that runs with different numbers of
-    saves share one compilation."""
-    T = params.W0.shape[0]
-    losses, norms = [], []
-    for i in range(0, T, _OBS_CHUNK):
-        n = min(_OBS_CHUNK, T - i)
-        chunk = jax.tree.map(lambda x, i=i, n=n: _pad_rows(x[i : i + n]), params)
-        loss, norm = _population_observables(chunk, chain)
-        losses.append(np.asarray(loss)[:n])
-        norms.append(np.asarray(norm)[:n])
-    return np.concatenate(losses), np.concatenate(norms)
+    return batch_loss(params, sampler(key, batch_size))
 
 
 # Default optimizer: plain SGD with the learning rate held in the optimizer
 # state (inject_hyperparams), so runs at different lr share one compilation.
 _DEFAULT_OPTIMIZER = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
-
-
-# ------------------------------------------------------------------------ result
-
-
-class SGDRun(AbstractResult):
-    r"""An SGD run on the flow's time axis.
-
-    **Fields:**
-
-    - `ts`: saved times $t = \text{lr} \times \text{step}$, shape `(T,)`.
-    - `steps`: the step numbers at `ts`.
-    - `population_loss`: the population loss $L(\theta)$ of each saved iterate
-      against `chain` (the same metric as `Trajectory.loss`); `loss` is an alias.
-    - `grad_norm`: $|\nabla L|$ of the population loss at each saved iterate.
-    - `train_loss`: the mean mini-batch (finite-context) loss of the steps
-      since the previous save; at `ts[0]`, the loss of one batch at the start.
-    - `params`: [`gradflow.Params`][] with a leading time axis.
-    - `chain`: the chain sampled from, or for text the bigram chain of the
-      corpus.
-    - `settings`, `stats`, `ok`, `message`, `stages`, `events`, `extras`: as
-      in [`gradflow.Trajectory`][]. `stats` holds `num_steps` (steps done in
-      all), `steps_run`, `wall_time` and `steps_per_second` (of this call:
-      less than `num_steps` when it resumed from a checkpoint),
-      `resumed_from_step` (`None` for a fresh run), `checkpoint` and
-      `checkpoint_writes`.
-    """
-
-    ts: np.ndarray
-    steps: np.ndarray
-    population_loss: np.ndarray
-    grad_norm: np.ndarray
-    train_loss: np.ndarray
-    params: Params
-    chain: MarkovChain
-    settings: dict[str, Any]
-    stats: dict[str, Any]
-    ok: bool = True
-    message: str = ""
-    stages: tuple = ()
-    events: tuple = ()
-    extras: dict[str, np.ndarray] = eqx.field(default_factory=dict)
-
-    @property
-    def loss(self) -> np.ndarray:
-        """The population loss (so that an `SGDRun` reads like a `Trajectory`)."""
-        return self.population_loss
-
-    def __repr__(self) -> str:
-        s = self.settings
-        status = "ok" if self.ok else f"FAILED: {self.message}"
-        return (
-            f"SGDRun(d={self.chain.d}, m={self.params.m}, {s.get('source')}, "
-            f"context={s.get('context')}, batch={s.get('batch_size')}, "
-            f"lr={s.get('lr')}, N={s.get('num_sequences')}, {len(self)} saves, "
-            f"t in [0, {self.t_final:g}], population loss "
-            f"{self.population_loss[0]:.6g} -> {self.population_loss[-1]:.6g}, "
-            f"{status})"
-        )
-
-    def save(self, path) -> Path:
-        """Writes the run to a `.npz` file (atomically), with its chain, settings,
-        stats, stages, events and the gradflow version; read it back with
-        [`gradflow.load_sgd`][]."""
-        arrays = {
-            "ts": np.asarray(self.ts),
-            "steps": np.asarray(self.steps),
-            "population_loss": np.asarray(self.population_loss),
-            "grad_norm": np.asarray(self.grad_norm),
-            "train_loss": np.asarray(self.train_loss),
-        }
-        return write_result(path, self, FORMAT_NAME, FORMAT_VERSION, arrays)
-
-
-def load_sgd(path) -> SGDRun:
-    """Loads an [`gradflow.SGDRun`][] written by `SGDRun.save`.
-
-    **Raises:** `FileNotFoundError` for a missing file; `ValueError` naming the
-    file when it is not a gradflow SGD run (a trajectory, say), is truncated, or
-    comes from a newer file format.
-    """
-    own = ("ts", "steps", "population_loss", "grad_norm", "train_loss")
-    return SGDRun(**read_result(path, FORMAT_NAME, FORMAT_VERSION, "SGD-run", own))
 
 
 def _attach_stages(run: SGDRun) -> SGDRun:
@@ -367,167 +120,6 @@ def _attach_stages(run: SGDRun) -> SGDRun:
         run,
         (tuple(stages), tuple(events), extras),
     )
-
-
-# ------------------------------------------------------------------ checkpoints
-
-# Entries recorded by `_describe_optimizer` at most (a closure could hold a
-# large structure; the fingerprint needs the hyperparameters, not everything).
-_MAX_DESCRIBED = 400
-
-
-def _describe_optimizer(obj, path: str = "", out=None, seen=None, depth: int = 0):
-    """What an Optax transformation is made of, as `{path: value}`: the names of
-    its functions and the numbers, strings and small arrays their closures hold
-    (learning rates, momenta, a schedule's parameters), found by walking the
-    closures. Unlike `repr(optimizer)`, which holds memory addresses, this is
-    the same in every process, so a checkpoint can compare it."""
-    out = {} if out is None else out
-    seen = set() if seen is None else seen
-    if depth > 16 or len(out) >= _MAX_DESCRIBED:
-        return out
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        out[path] = obj
-        return out
-    if isinstance(obj, (type, np.dtype)):  # a class or a dtype: its name
-        out[path] = str(obj)
-        return out
-    if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
-        a = np.asarray(obj)
-        out[path] = a.tolist() if a.size <= 16 else f"sha256:{_digest(a)}"
-        return out
-    if id(obj) in seen:
-        return out
-    seen.add(id(obj))
-    join = (lambda name: f"{path}.{name}") if path else (lambda name: name)
-    if isinstance(obj, functools.partial):
-        obj = (obj.func, obj.args, obj.keywords)
-    if isinstance(obj, types.MethodType):
-        out[f"{path}()"] = obj.__qualname__
-        obj = obj.__func__
-    if isinstance(obj, types.FunctionType):
-        out[f"{path}()"] = obj.__qualname__
-        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            _describe_optimizer(value, join(name), out, seen, depth + 1)
-        for i, value in enumerate(obj.__defaults__ or ()):
-            _describe_optimizer(value, join(f"default{i}"), out, seen, depth + 1)
-    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
-        for name in obj._fields:
-            _describe_optimizer(getattr(obj, name), join(name), out, seen, depth + 1)
-    elif isinstance(obj, (tuple, list)):
-        for i, value in enumerate(obj):
-            _describe_optimizer(value, f"{path}[{i}]", out, seen, depth + 1)
-    elif isinstance(obj, dict):
-        for key in sorted(obj, key=str):
-            _describe_optimizer(obj[key], f"{path}[{key!r}]", out, seen, depth + 1)
-    else:
-        out[path] = type(obj).__qualname__
-    return out
-
-
-def _optimizer_repr(optimizer) -> str:
-    """`repr(optimizer)` without memory addresses (which differ between
-    processes), at most 200 characters: `settings["optimizer"]`."""
-    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(optimizer))[:200]
-
-
-def _fingerprint(settings, optimizer, opt, params0, source, chain, steps):
-    """The `(settings, inputs)` a checkpoint of this call must match."""
-    settings = dict(settings)
-    if optimizer is not None:
-        # `settings["optimizer"]` names only the outer function of most Optax
-        # optimizers (`chain`): compare what the optimizer is made of and the
-        # structure of its state as well.
-        described = _describe_optimizer(optimizer)
-        settings.update({f"optimizer {k}": v for k, v in described.items()})
-        state = jax.eval_shape(opt.init, params0)
-        settings["optimizer state"] = str(jax.tree.structure(state))
-        for key, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-            name = f"optimizer state{jax.tree_util.keystr(key)}"
-            settings[name] = f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}"
-    inputs = {
-        "chain.P": chain.P,
-        "chain.pi": chain.pi,
-        "save steps": steps,
-        **{f"params0.{n}": getattr(params0, n) for n in _PARAM_NAMES},
-    }
-    if isinstance(source, TokenStream):
-        inputs["text ids"] = source.ids
-    return settings, inputs
-
-
-def _checkpoint_state(done, saved, train, total, count, params, opt_state, key, end):
-    """The loop's state as `(meta, arrays)` for `Checkpointer.write`. `end` is
-    `None` while running, else `(ok, message)`. Everything the next steps
-    depend on is here; the data do not need to be, since step `k` draws with
-    `fold_in(key, k)` from a key made from `seed`."""
-    meta = {
-        "done": int(done),
-        "num_saved": len(saved),
-        "count": int(count),
-        "finished": end is not None,
-        "ok": True if end is None else bool(end[0]),
-        "message": "" if end is None else end[1],
-    }
-    stacked = jax.tree.map(lambda *xs: np.stack(xs), *saved)
-    arrays = {
-        **pack_tree("params", params),
-        **pack_tree("opt_state", opt_state),
-        **pack_tree("saved", stacked),
-        "train_loss": np.asarray(train, dtype=np.float64),
-        "partial_sum": np.asarray(total, dtype=np.float64),
-        "key_data": np.asarray(jax.random.key_data(key)),
-    }
-    return meta, arrays
-
-
-def _restore(ckpt, steps, params0, opt_state, key):
-    """The loop's state read back from `ckpt` (see `_checkpoint_state`), checked
-    for consistency; a `ValueError` naming the file if it is not."""
-    meta, arrays = ckpt.state
-    try:
-        done, num_saved, count = meta["done"], meta["num_saved"], meta["count"]
-        if not all(isinstance(x, int) for x in (done, num_saved, count)):
-            raise ValueError("non-integer step counts")
-        if not 1 <= num_saved <= steps.size:
-            raise ValueError(f"{num_saved} saves for a grid of {steps.size}")
-        last = int(steps[num_saved - 1])
-        if meta["finished"]:
-            if done < last:
-                raise ValueError(f"a finished run at step {done} < {last}")
-        elif num_saved == steps.size or not (
-            last <= done < steps[num_saved] and done - last == count
-        ):
-            raise ValueError(
-                f"step {done} with {count} steps since the save at step {last}"
-            )
-        if not np.array_equal(arrays["key_data"], jax.random.key_data(key)):
-            raise ValueError("its random key is not the one this call derives")
-        train = [float(x) for x in arrays["train_loss"]]
-        if len(train) != num_saved:
-            raise ValueError(f"{len(train)} train losses for {num_saved} saves")
-        like = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct((num_saved, *x.shape), x.dtype), params0
-        )
-        stacked = unpack_tree("saved", arrays, like)
-        saved = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_saved)]
-        params = jax.tree.map(jnp.asarray, unpack_tree("params", arrays, params0))
-        opt_state = jax.tree.map(
-            jnp.asarray, unpack_tree("opt_state", arrays, opt_state)
-        )
-        total = float(arrays["partial_sum"])
-        end = (bool(meta["ok"]), str(meta["message"])) if meta["finished"] else None
-    except (KeyError, TypeError, ValueError) as e:
-        what = f"missing {e}" if isinstance(e, KeyError) else str(e)
-        raise ValueError(
-            f"checkpoint '{ckpt.path}' is inconsistent ({what}); delete it to start "
-            "afresh"
-        ) from None
-    return done, saved, train, total, count, params, opt_state, end
 
 
 # ------------------------------------------------------------------- train_sgd
@@ -698,7 +290,7 @@ def train_sgd(
         "lr": lr,
         "t1": t1,
         "num_sequences": num_sequences,
-        "optimizer": "sgd" if optimizer is None else _optimizer_repr(optimizer),
+        "optimizer": "sgd" if optimizer is None else optimizer_repr(optimizer),
         "dtype": np.dtype(jdtype).name,
         "num_saves": int(steps.size),
     }
@@ -707,7 +299,7 @@ def train_sgd(
     if checkpoint is not None:
         # Reads an existing file: a checkpoint of another call is refused here,
         # before anything is compiled.
-        fp_settings, fp_inputs = _fingerprint(
+        fp_settings, fp_inputs = fingerprint(
             settings, optimizer, opt, params0, source, chain, steps
         )
         ckpt = Checkpointer(
@@ -722,7 +314,7 @@ def train_sgd(
         opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
 
     if ckpt is not None and ckpt.state is not None:
-        done, saved, train, total, count, params_now, opt_state, end = _restore(
+        done, saved, train, total, count, params_now, opt_state, end = restore_state(
             ckpt, steps, params0, opt_state, step_key
         )
         resumed_from = done
@@ -790,7 +382,7 @@ def train_sgd(
                     break
                 if ckpt is not None and ckpt.due():
                     state = (done, saved, train, total, count, params_now, opt_state)
-                    ckpt.write(*_checkpoint_state(*state, step_key, None))
+                    ckpt.write(*checkpoint_state(*state, step_key, None))
     finally:
         bar.close()
     if ckpt is not None and not was_finished:
@@ -799,7 +391,7 @@ def train_sgd(
         # failure instead of repeating it.
         state = (done, saved, train, total, count, params_now, opt_state)
         end = None if interrupted else (ok, message)
-        ckpt.write(*_checkpoint_state(*state, step_key, end))
+        ckpt.write(*checkpoint_state(*state, step_key, end))
 
     if interrupted:
         ok = False
@@ -857,13 +449,7 @@ def train_sgd(
 
 
 __all__ = [
-    "ChainSampler",
-    "DatasetSampler",
-    "SGDRun",
-    "WindowSampler",
-    "context_counts",
-    "counted_context_loss",
-    "load_sgd",
+    "sgd_save_steps",
     "sgd_step",
     "train_sgd",
 ]

@@ -56,8 +56,9 @@ _TRIPWIRES = (
     ("gradflow._sgd", "_first_batch_loss"),
     ("gradflow._sgd", "_draw"),
     ("gradflow._sgd", "population_observables"),
-    ("gradflow._theory", "_flat_grad"),
-    ("gradflow._theory", "refine_critical_point"),
+    ("gradflow.theory._linearize", "flat_grad"),
+    ("gradflow.theory._critical", "flat_grad"),
+    ("gradflow.theory._critical", "refine_critical_point"),
 )
 
 

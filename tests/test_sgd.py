@@ -8,13 +8,8 @@ import scipy.stats
 from conftest import random_params
 
 import gradflow as gf
-from gradflow._sgd import (
-    ChainSampler,
-    DatasetSampler,
-    WindowSampler,
-    context_counts,
-    counted_context_loss,
-)
+from gradflow._sgd_loss import context_counts, counted_context_loss
+from gradflow._sgd_samplers import ChainSampler, DatasetSampler, WindowSampler
 
 
 # ------------------------------------------------------------------ sampling

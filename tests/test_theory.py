@@ -6,18 +6,19 @@ import pytest
 from conftest import random_params
 
 import gradflow as gf
-from gradflow import _theory as th
+from gradflow import theory as th
+from gradflow.theory._linearize import flat_grad, flatten_params
 
 
 def _fd_hessian(chain, params, h=1e-5):
     m, d = params.m, params.d
-    x = np.asarray(th._flat(params))
+    x = np.asarray(flatten_params(params))
     H = np.empty((x.size, x.size))
     for i in range(x.size):
         e = np.zeros_like(x)
         e[i] = h
-        gp = np.asarray(th._flat_grad(jnp.asarray(x + e), chain, m, d))
-        gm = np.asarray(th._flat_grad(jnp.asarray(x - e), chain, m, d))
+        gp = np.asarray(flat_grad(jnp.asarray(x + e), chain, m, d))
+        gm = np.asarray(flat_grad(jnp.asarray(x - e), chain, m, d))
         H[:, i] = (gp - gm) / (2 * h)
     return H
 
@@ -29,7 +30,7 @@ def test_hessian_against_finite_differences():
     H_fd = _fd_hessian(chain, params)
     # the linearisation's eigenpairs reassemble -H
     V = np.stack(
-        [np.asarray(th._flat(lin.modes[i])) for i in range(len(lin.eigenvalues))]
+        [np.asarray(flatten_params(lin.modes[i])) for i in range(len(lin.eigenvalues))]
     )
     minus_H = V.T @ np.diag(lin.eigenvalues) @ V
     scale = np.max(np.abs(H_fd))
@@ -50,8 +51,8 @@ def test_lanczos_against_dense():
     short = gf.linearize(chain, params, method="lanczos", num_modes=3, num_iters=40)
     assert abs(short.unstable_rate - dense.unstable_rate) < 1e-8 * dense.unstable_rate
     # the top Ritz vector is the top eigenvector (up to sign)
-    v_l = np.asarray(th._flat(short.modes[0]))
-    v_d = np.asarray(th._flat(dense.modes[0]))
+    v_l = np.asarray(flatten_params(short.modes[0]))
+    v_d = np.asarray(flatten_params(dense.modes[0]))
     assert abs(abs(v_l @ v_d) - 1) < 1e-6
     assert gf.linearize(chain, params, max_dense=10).method == "lanczos"
     assert gf.linearize(chain, params).method == "dense"

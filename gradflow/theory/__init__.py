@@ -1,0 +1,80 @@
+r"""Stage-wise linearisation: critical points of the population loss, their
+unstable modes, and the theory's predictions checked against a trajectory.
+
+Notation of SPEC section 3: $u = \pi - \mathbf 1/d$, $\hat p = \pi/|\pi|$,
+$\hat u = u/|u|$. The derivations are in `docs/theory.md`; in short:
+
+- **Origin.** $-\nabla^2 L(0)$ couples $x = W_0\hat p$ and $y = W_1^\top\hat u$
+  only: $\dot x = \sigma y$, $\dot y = \sigma x$ with
+  $\sigma = |\pi - \mathbf 1/d|\,|\pi|$ (eigenvalues $\pm\sigma$, each $m$
+  times; every other eigenvalue is zero).
+- **Unigram point** $W_0 = a\,v\hat p^\top$, $W_1 = w v^\top$, $W_Q = W_K = 0$,
+  $a\,|\pi|\,w = \log\pi - \overline{\log\pi}$: the attention block decouples
+  and is a bilinear form with unstable rate
+  $\lambda = a^2|\gamma|$, $\gamma = \kappa\,(\sum_l\pi_l^3 - |\pi|^4)/|\pi|^4$,
+  $\kappa = \sum_i \pi_i^2 \rho_i$, $\rho_i = (\pi - P_{i\cdot})\cdot\log\pi$;
+  attention focuses on $\arg\max\pi$ when $\kappa < 0$ and on $\arg\min\pi$
+  when $\kappa > 0$.
+
+The work lives in one private module per concept: `_linearize` (flat views of
+the loss, Hessian, Lanczos, `linearize`), `_critical` (plateaus, refinement,
+`critical_points`), `_continuation` (continuation in a chain parameter),
+`_predictions` (closed forms) and `_report` (`theory_report`).
+"""
+
+from ._continuation import (
+    continue_critical_point as continue_critical_point,
+    eigen_clusters as eigen_clusters,
+    subspace_overlap as subspace_overlap,
+    track_cluster as track_cluster,
+)
+from ._critical import (
+    CriticalPoint as CriticalPoint,
+    classify as classify,
+    critical_points as critical_points,
+    plateaus as plateaus,
+    refine_critical_point as refine_critical_point,
+)
+from ._linearize import (
+    Linearization as Linearization,
+    lanczos as lanczos,
+    linearize as linearize,
+)
+from ._predictions import (
+    focus_prediction as focus_prediction,
+    mode_focus_token as mode_focus_token,
+    origin_escape_offset as origin_escape_offset,
+    origin_rate as origin_rate,
+    unigram_point as unigram_point,
+    unstable_amplitude as unstable_amplitude,
+)
+from ._report import (
+    flank_rate as flank_rate,
+    format_report as format_report,
+    theory_report as theory_report,
+)
+
+
+__all__ = [
+    "CriticalPoint",
+    "Linearization",
+    "classify",
+    "continue_critical_point",
+    "critical_points",
+    "eigen_clusters",
+    "flank_rate",
+    "focus_prediction",
+    "format_report",
+    "lanczos",
+    "linearize",
+    "mode_focus_token",
+    "origin_escape_offset",
+    "origin_rate",
+    "plateaus",
+    "refine_critical_point",
+    "subspace_overlap",
+    "theory_report",
+    "track_cluster",
+    "unigram_point",
+    "unstable_amplitude",
+]

@@ -1,0 +1,240 @@
+"""Critical points near the plateaus of a trajectory: refinement to
+$\nabla L = 0$, classification, and the plateaus themselves."""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+
+from .._chain import MarkovChain
+from .._model import Params
+from .._trajectory import Trajectory
+from ._checks import (
+    check_chain,
+    check_method,
+    check_point,
+    check_rel_tol,
+    check_trajectory,
+)
+from ._linearize import (
+    DEFAULT_REL_TOL,
+    Linearization,
+    flat_grad,
+    flat_hessian,
+    flatten_params,
+    linearize,
+    unflatten_params,
+)
+
+
+DEFAULT_PLATEAU_THRESHOLD = 1e-2
+
+
+# ---------------------------------------------------------------------------
+# Critical points
+# ---------------------------------------------------------------------------
+
+
+def refine_critical_point(
+    chain: MarkovChain,
+    params: Params,
+    *,
+    max_steps: int = 200,
+    gtol: float = 1e-13,
+    max_parameters: int = 5000,
+) -> tuple[Params, bool]:
+    r"""Moves `params` to a nearby critical point, $\nabla L = 0$.
+
+    Minimises $|\nabla L|^2$ by Levenberg-Marquardt: the residual is
+    $g = \nabla L$, its Jacobian the Hessian $H = V\Lambda V^\top$, and each
+    step is $\theta \leftarrow \theta - V\,\Lambda(\Lambda^2 + \mu)^{-1}
+    V^\top g$, with the damping $\mu$ shrunk after a step that lowers $|g|$ and
+    grown otherwise. This converges to a critical point also where $H$ is
+    singular (degenerate points, symmetry orbits), where plain Newton fails,
+    and ends with Newton's quadratic convergence where $H$ is regular on the
+    step's span. Dense: the Hessian is formed (`max_parameters` bounds its
+    size).
+
+    **Returns:** `(point, converged)`, `converged` meaning $|\nabla L| <
+    10^{-10}$ at the returned point.
+
+    **Raises:** `ValueError` if the model has more than `max_parameters`
+    parameters.
+    """
+    chain = check_chain(chain)
+    params = check_point(params, chain)
+    if params.num_parameters > max_parameters:
+        raise ValueError(
+            f"refinement forms the dense Hessian; the model has "
+            f"{params.num_parameters} parameters > max_parameters = {max_parameters}"
+        )
+    m, d = params.m, params.d
+    x = np.asarray(flatten_params(params))
+    g = np.asarray(flat_grad(jnp.asarray(x), chain, m, d))
+    gnorm = float(np.linalg.norm(g))
+    mu = None
+    for _ in range(max_steps):
+        if gnorm < gtol:
+            break
+        H = np.asarray(flat_hessian(jnp.asarray(x), chain, m, d))
+        lam, V = np.linalg.eigh(0.5 * (H + H.T))
+        if mu is None:
+            mu = 1e-6 * float(np.max(lam**2))
+        c = V.T @ g
+        while True:
+            x_new = x - V @ (lam * c / (lam**2 + mu))
+            g_new = np.asarray(flat_grad(jnp.asarray(x_new), chain, m, d))
+            n_new = float(np.linalg.norm(g_new))
+            if np.isfinite(n_new) and n_new < gnorm:
+                x, g, gnorm = x_new, g_new, n_new
+                mu = max(mu / 10, 1e-300)
+                break
+            mu *= 10
+            if mu > 1e30:
+                break
+        if mu > 1e30:
+            break
+    return unflatten_params(jnp.asarray(x), m, d), bool(gnorm < 1e-10)
+
+
+class CriticalPoint(eqx.Module):
+    """A refined critical point near a plateau of a trajectory.
+
+    **Fields:** `t` (the save time closest to it: least $|\\nabla L|$ on the
+    plateau), `t_start`, `t_end` (the plateau's extent in save times),
+    `index` (save index of `t`), `loss`, `grad_norm`, `params` (the refined
+    point), `distance` (from the saved point to the refined one),
+    `linearization` (a [`gradflow.Linearization`][]), `kind` (`"saddle"`,
+    `"degenerate"` or `"minimum"`) and `converged` (the refinement reached
+    $|\\nabla L| < 10^{-10}$).
+    """
+
+    t: float
+    t_start: float
+    t_end: float
+    index: int
+    loss: float
+    grad_norm: float
+    params: Params
+    distance: float
+    linearization: Linearization
+    kind: str
+    converged: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly summary (no arrays)."""
+        lin = self.linearization
+        return {
+            "t": self.t,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "loss": self.loss,
+            "grad_norm": self.grad_norm,
+            "distance": self.distance,
+            "kind": self.kind,
+            "converged": self.converged,
+            "unstable_rate": lin.unstable_rate,
+            "num_unstable": lin.num_unstable,
+        }
+
+
+def classify(lin: Linearization, chain: MarkovChain | None = None) -> str:
+    """`"saddle"` if an eigenvalue of $-\\nabla^2 L$ exceeds `lin.tol`;
+    `"minimum"` if none does and either the loss equals the chain's
+    conditional entropy (a global minimum: $L$ never goes below it) or no more
+    eigenvalues are zero than the loss's symmetries explain; otherwise
+    `"degenerate"` (the Hessian cannot tell: higher orders decide)."""
+    if lin.num_unstable > 0:
+        return "saddle"
+    if chain is not None and lin.loss <= float(chain.conditional_entropy) + 1e-9:
+        return "minimum"
+    if lin.method == "dense" and lin.num_flat > lin.gauge_rank:
+        return "degenerate"
+    return "minimum"
+
+
+def plateaus(
+    traj: Trajectory, threshold: float = DEFAULT_PLATEAU_THRESHOLD, merge: float = 0.1
+) -> list[tuple[int, int, int]]:
+    r"""The plateaus of a trajectory, found from `traj.loss` and `traj.grad_norm`.
+
+    Along the flow $dL/d\log t = -t\,|\nabla L|^2$. A save time is *on a
+    plateau* when the loss falls by less than `threshold` of its whole range
+    $\log d - H(P|\pi)$ per e-fold of time:
+    $q(t) = t|\nabla L|^2 / (\log d - H(P|\pi)) <$ `threshold`. Runs of such
+    times separated by less than `merge` in $\log t$ are merged. Each plateau
+    is represented by its save with the least $|\nabla L|$ (the closest
+    approach to the critical point it shadows).
+
+    **Returns:** a list of `(start, best, end)` save indices.
+    """
+    traj = check_trajectory(traj)
+    threshold = float(threshold)
+    if not math.isfinite(threshold) or threshold <= 0:
+        raise ValueError(
+            f"threshold must be finite and > 0, got threshold = {threshold}"
+        )
+    ts = np.asarray(traj.ts)
+    g = np.asarray(traj.grad_norm)
+    span = math.log(traj.chain.d) - float(traj.chain.conditional_entropy)
+    q = ts * g**2 / max(span, 1e-12)
+    on = q < threshold
+    runs: list[list[int]] = []
+    for i in np.flatnonzero(on):
+        if runs and (
+            i == runs[-1][1] + 1
+            or (ts[runs[-1][1]] > 0 and math.log(ts[i] / ts[runs[-1][1]]) < merge)
+        ):
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    out = []
+    for a, b in runs:
+        best = a + int(np.argmin(g[a : b + 1]))
+        out.append((a, best, b))
+    return out
+
+
+def critical_points(
+    traj: Trajectory,
+    *,
+    threshold: float = DEFAULT_PLATEAU_THRESHOLD,
+    tol: float = DEFAULT_REL_TOL,
+    method: str = "auto",
+) -> list[CriticalPoint]:
+    """For each plateau of `traj` (see [`gradflow.theory.plateaus`][]), the
+    critical point it shadows: refined with
+    [`refine_critical_point`][gradflow.theory.refine_critical_point] from the
+    plateau's save with least $|\\nabla L|$, linearised and classified.
+
+    **Returns:** a list of [`gradflow.CriticalPoint`][], in time order.
+    """
+    traj = check_trajectory(traj)
+    tol = check_rel_tol(tol)
+    method = check_method(method)
+    chain = traj.chain
+    out = []
+    for a, best, b in plateaus(traj, threshold):
+        start = traj.params[best]
+        point, converged = refine_critical_point(chain, start)
+        lin = linearize(chain, point, method=method, tol=tol)
+        flat0 = flatten_params(start)
+        flat1 = flatten_params(point)
+        out.append(
+            CriticalPoint(
+                t=float(traj.ts[best]),
+                t_start=float(traj.ts[a]),
+                t_end=float(traj.ts[b]),
+                index=int(best),
+                loss=lin.loss,
+                grad_norm=lin.grad_norm,
+                params=point,
+                distance=float(jnp.linalg.norm(flat1 - flat0)),
+                linearization=lin,
+                kind=classify(lin, chain),
+                converged=converged,
+            )
+        )
+    return out

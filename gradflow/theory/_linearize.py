@@ -1,0 +1,311 @@
+"""The flow linearised at a point: flat views of the loss, its gradient,
+Hessian and Hessian-vector products, Lanczos, and `linearize`."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._chain import MarkovChain
+from .._custom_types import PARAM_NAMES
+from .._model import Params, population_loss
+from ._checks import check_chain, check_method, check_point, check_rel_tol
+
+
+DEFAULT_MAX_DENSE = 2000
+DEFAULT_REL_TOL = 1e-6
+
+
+# ---------------------------------------------------------------------------
+# Flat views of the loss
+# ---------------------------------------------------------------------------
+
+
+def flatten_params(params: Params) -> jax.Array:
+    """The parameters as one vector, in the order `W0, W1, WQ, WK`."""
+    return jnp.concatenate([jnp.ravel(getattr(params, n)) for n in PARAM_NAMES])
+
+
+def unflatten_params(x: jax.Array, m: int, d: int) -> Params:
+    sizes = (m * d, d * m, m * m, m * m)
+    shapes = ((m, d), (d, m), (m, m), (m, m))
+    parts, start = [], 0
+    for size, shape in zip(sizes, shapes, strict=True):
+        parts.append(jnp.reshape(x[start : start + size], shape))
+        start += size
+    return Params(*parts)
+
+
+# `m` and `d` are Python ints, hence static under `eqx.filter_jit`: one
+# compilation per model size, not per call.
+@eqx.filter_jit
+def flat_grad(x, chain, m: int, d: int):
+    return flatten_params(jax.grad(population_loss)(unflatten_params(x, m, d), chain))
+
+
+@eqx.filter_jit
+def flat_hessian(x, chain, m: int, d: int):
+    return jax.hessian(lambda y: population_loss(unflatten_params(y, m, d), chain))(x)
+
+
+@eqx.filter_jit
+def flat_hvp(x, chain, m: int, d: int, vector):
+    def grad(y):
+        return flatten_params(
+            jax.grad(population_loss)(unflatten_params(y, m, d), chain)
+        )
+
+    return jax.jvp(grad, (x,), (vector,))[1]
+
+
+def _block_weights(vectors: np.ndarray, params: Params) -> np.ndarray:
+    """Share of each eigenvector's squared norm in `W0, W1, WQ, WK`."""
+    sizes = [int(np.size(getattr(params, n))) for n in PARAM_NAMES]
+    edges = np.cumsum([0] + sizes)
+    sq = vectors**2
+    return np.stack(
+        [sq[:, a:b].sum(axis=1) for a, b in zip(edges[:-1], edges[1:], strict=True)], 1
+    )
+
+
+def _gauge_rank(params: Params) -> int:
+    r"""Dimension of the orbit of the loss's continuous symmetries at `params`.
+
+    $L$ is invariant under $W_0 \to GW_0$, $(W_1, W_Q, W_K) \to (W_1, W_Q,
+    W_K)G^{-1}$ and under $(W_Q, W_K) \to (MW_Q, M^{-\top}W_K)$; each tangent
+    direction of these orbits is a zero eigenvalue of the Hessian at a
+    critical point. Zero eigenvalues beyond this count are real degeneracy.
+    """
+    W0, W1, WQ, WK = (np.asarray(getattr(params, n)) for n in PARAM_NAMES)
+    m = W0.shape[0]
+    tangents = []
+    for a in range(m):
+        for b in range(m):
+            X = np.zeros((m, m))
+            X[a, b] = 1.0
+            tangents.append(
+                np.concatenate(
+                    [
+                        (X @ W0).ravel(),
+                        (-W1 @ X).ravel(),
+                        (-WQ @ X).ravel(),
+                        (-WK @ X).ravel(),
+                    ]
+                )
+            )
+            tangents.append(
+                np.concatenate(
+                    [
+                        np.zeros(W0.size),
+                        np.zeros(W1.size),
+                        (X @ WQ).ravel(),
+                        (-X.T @ WK).ravel(),
+                    ]
+                )
+            )
+    T = np.stack(tangents)
+    s = np.linalg.svd(T, compute_uv=False)
+    if s.size == 0 or s[0] == 0:
+        return 0
+    return int(np.sum(s > 1e-9 * s[0]))
+
+
+# ---------------------------------------------------------------------------
+# Lanczos
+# ---------------------------------------------------------------------------
+
+
+def lanczos(
+    matvec, n: int, num_iters: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Ritz pairs of a symmetric operator from `num_iters` Lanczos steps.
+
+    Full re-orthogonalisation (twice, Gram-Schmidt against every previous
+    Lanczos vector), so the Ritz values carry no spurious copies. With
+    `num_iters = n` the result is the full spectrum up to round-off.
+
+    **Arguments:** `matvec` maps a float64 vector of length `n` to one of the
+    same length; `num_iters` in `[1, n]`; `seed` fixes the start vector.
+
+    **Returns:** `(values, vectors)`: Ritz values in descending order, shape
+    `(k,)`, and unit Ritz vectors, shape `(k, n)`, with `k <= num_iters` (fewer
+    if the Krylov space closes early).
+    """
+    if not 1 <= num_iters <= n:
+        raise ValueError(
+            f"num_iters must lie in [1, n = {n}], got num_iters = {num_iters}"
+        )
+    rng = np.random.default_rng(seed)
+    Q = np.zeros((num_iters + 1, n))
+    q = rng.standard_normal(n)
+    Q[0] = q / np.linalg.norm(q)
+    alphas, betas = [], []
+    scale = 0.0
+    for j in range(num_iters):
+        w = np.asarray(matvec(Q[j]), dtype=np.float64)
+        alpha = float(w @ Q[j])
+        alphas.append(alpha)
+        for _ in range(2):
+            w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)
+        beta = float(np.linalg.norm(w))
+        scale = max(scale, abs(alpha), beta)
+        if j == num_iters - 1 or beta <= 1e-12 * max(scale, 1e-300):
+            break
+        betas.append(beta)
+        Q[j + 1] = w / beta
+    k = len(alphas)
+    T = np.diag(alphas) + np.diag(betas[: k - 1], 1) + np.diag(betas[: k - 1], -1)
+    values, S = np.linalg.eigh(T)
+    order = np.argsort(values)[::-1]
+    vectors = (Q[:k].T @ S[:, order]).T
+    return values[order], vectors
+
+
+# ---------------------------------------------------------------------------
+# Linearisation
+# ---------------------------------------------------------------------------
+
+
+class Linearization(eqx.Module):
+    r"""The flow linearised at a point: $\dot\xi = -\nabla^2 L(\theta)\,\xi$.
+
+    **Fields:**
+
+    - `eigenvalues`: eigenvalues of the flow's Jacobian $-\nabla^2 L$, in
+      descending order (all of them for `method="dense"`, the `num_modes`
+      largest for `"lanczos"`). A positive one is a growth rate.
+    - `modes`: the unit eigenvectors as a [`gradflow.Params`][] with a leading
+      axis (one mode per eigenvalue).
+    - `block_weights`: shape `(k, 4)`, the share of each mode's squared norm
+      in `W0, W1, WQ, WK` (rows sum to 1).
+    - `loss`, `grad_norm`: $L$ and $|\nabla L|$ at the point.
+    - `method`: `"dense"` or `"lanczos"`; `tol`: the absolute tolerance below
+      which an eigenvalue counts as zero; `gauge_rank`: the number of zero
+      eigenvalues that the loss's symmetries explain (dense only, else -1).
+    """
+
+    eigenvalues: np.ndarray
+    modes: Params
+    block_weights: np.ndarray
+    loss: float
+    grad_norm: float
+    method: str = eqx.field(static=True)
+    tol: float
+    gauge_rank: int
+
+    @property
+    def unstable_rate(self) -> float:
+        """The largest eigenvalue of $-\\nabla^2 L$ (the fastest growth rate)."""
+        return float(self.eigenvalues[0])
+
+    @property
+    def num_unstable(self) -> int:
+        """How many eigenvalues exceed `tol`."""
+        return int(np.sum(self.eigenvalues > self.tol))
+
+    @property
+    def num_flat(self) -> int:
+        """How many eigenvalues lie within `tol` of zero (of those computed)."""
+        return int(np.sum(np.abs(self.eigenvalues) <= self.tol))
+
+    @property
+    def unstable_modes(self) -> Params:
+        """The modes with eigenvalue above `tol` (leading axis)."""
+        return self.modes[: self.num_unstable]
+
+    def unstable_subspace(self, rel: float = 1e-2) -> np.ndarray:
+        """Flat unit vectors spanning the top eigenspace: the modes whose
+        eigenvalue is within `rel` (relative) of `unstable_rate`."""
+        top = self.unstable_rate
+        keep = self.eigenvalues >= top - rel * abs(top)
+        flat = np.stack(
+            [np.asarray(flatten_params(self.modes[i])) for i in np.flatnonzero(keep)]
+        )
+        return np.asarray(flat)
+
+
+def linearize(
+    chain: MarkovChain,
+    params: Params,
+    *,
+    method: str = "auto",
+    num_modes: int | None = None,
+    num_iters: int | None = None,
+    tol: float = DEFAULT_REL_TOL,
+    max_dense: int = DEFAULT_MAX_DENSE,
+    seed: int = 0,
+) -> Linearization:
+    r"""Linearises the gradient flow at `params`: the spectrum of $-\nabla^2 L$.
+
+    **Arguments:**
+
+    - `chain`, `params`: the point (one point, no time axis).
+    - `method`: `"dense"` (`jax.hessian` and `eigh`), `"lanczos"` (matrix-free
+      Lanczos on Hessian-vector products, `jax.jvp` of `jax.grad`), or
+      `"auto"`: dense when the number of parameters is at most `max_dense`.
+    - `num_modes`: how many leading modes Lanczos returns (default 10); dense
+      always returns all.
+    - `num_iters`: Lanczos steps (default `min(n, 3 * num_modes + 60)`).
+    - `tol`: relative tolerance: eigenvalues with $|\lambda| \le$ `tol`
+      $\cdot \max|\lambda|$ count as zero.
+    - `seed`: Lanczos start vector.
+
+    **Returns:** a [`gradflow.Linearization`][].
+
+    **Example:**
+
+    ```python
+    lin = gf.linearize(chain, gf.Params(W0, W1, WQ, WK))
+    lin.unstable_rate, lin.block_weights[0]
+    ```
+    """
+    chain = check_chain(chain)
+    params = check_point(params, chain)
+    method = check_method(method)
+    tol = check_rel_tol(tol)
+    n = params.num_parameters
+    if method == "auto":
+        method = "dense" if n <= max_dense else "lanczos"
+    if method == "lanczos":
+        # Checked before anything is compiled.
+        k = 10 if num_modes is None else int(num_modes)
+        if not 1 <= k <= n:
+            raise ValueError(
+                f"num_modes must lie in [1, {n}], got num_modes = {num_modes}"
+            )
+        iters = min(n, 3 * k + 60) if num_iters is None else int(num_iters)
+        if not k <= iters <= n:
+            raise ValueError(
+                f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
+            )
+    m, d = params.m, params.d
+    flat = flatten_params(params)
+    grad = np.asarray(flat_grad(flat, chain, m, d))
+    loss = float(population_loss(params, chain))
+    if method == "dense":
+        H = np.asarray(flat_hessian(flat, chain, m, d))
+        H = 0.5 * (H + H.T)
+        values, vectors = np.linalg.eigh(-H)
+        order = np.argsort(values)[::-1]
+        values, vectors = values[order], vectors[:, order].T
+        gauge = _gauge_rank(params)
+    else:
+
+        def matvec(v):
+            return -np.asarray(flat_hvp(flat, chain, m, d, jnp.asarray(v)))
+
+        values, vectors = lanczos(matvec, n, iters, seed)
+        values, vectors = values[:k], vectors[:k]
+        gauge = -1
+    scale = float(np.max(np.abs(values))) if values.size else 0.0
+    modes = jax.vmap(lambda v: unflatten_params(v, m, d))(jnp.asarray(vectors))
+    return Linearization(
+        eigenvalues=values,
+        modes=modes,
+        block_weights=_block_weights(vectors, params),
+        loss=loss,
+        grad_norm=float(np.linalg.norm(grad)),
+        method=method,
+        tol=tol * scale,
+        gauge_rank=gauge,
+    )
