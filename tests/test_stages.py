@@ -69,7 +69,17 @@ def test_stage_loads_an_old_stage_dict():
 
 
 def test_trajectory_file_with_stage_dicts_loads_as_stages(tmp_path):
-    traj = gf.integrate(CHAIN, 1e-2, width=2, t1=5.0, stages=False, progress=False)
+    # a trajectory built by hand (no solve to compile)
+    p = _params(3)
+    traj = gf.Trajectory(
+        ts=np.array([0.0, 1.0, 2.0]),
+        loss=np.array([1.38, 1.3, 1.2]),
+        grad_norm=np.array([0.1, 0.1, 0.1]),
+        params=p,
+        chain=CHAIN,
+        settings={"width": 3},
+        stats={},
+    )
     old = {"name": "condensation", "cycle": 1, "t_start": 0.0, "t_end": 4.0}
     old.update(loss_start=1.38, loss_end=1.2, tokens=[], token_labels=[])
     old.update(complete=True)
