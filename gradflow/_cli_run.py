@@ -34,6 +34,7 @@ STAGE_FIELDS = (
     "complete",
     "mass_start",
     "mass_end",
+    "sv_index",
 )
 EVENT_FIELDS = ("name", "t", "loss", "token", "located")
 
@@ -129,7 +130,10 @@ def register(subparsers) -> None:
         help="absolute tolerance (default tied to the initial scale)",
     )
     g.add_argument(
-        "--saves", type=int, default=400, help="number of log-spaced save times"
+        "--saves",
+        type=int,
+        default=798,
+        help="number of save times (0, then log-spaced)",
     )
     g.add_argument(
         "--max-steps",
@@ -243,12 +247,12 @@ def format_stage_table(stages) -> str:
         f"{'loss_start':>10} {'loss_end':>10}  tokens"
     ]
     for s in stages:
-        tokens = ",".join(s.get("token_labels") or [])
-        flag = "" if s.get("complete", True) else "  (still open at t1)"
+        tokens = ",".join(s.token_labels)
+        flag = "" if s.complete else "  (still open at t1)"
         lines.append(
-            f"{s['name']:<14} {s['cycle']:>5} "
-            f"{s['t_start']:>10.4g} {s['t_end']:>10.4g} "
-            f"{s['loss_start']:>10.5f} {s['loss_end']:>10.5f}  {tokens}{flag}"
+            f"{s.name:<14} {s.cycle:>5} "
+            f"{s.t_start:>10.4g} {s.t_end:>10.4g} "
+            f"{s.loss_start:>10.5f} {s.loss_end:>10.5f}  {tokens}{flag}"
         )
     return "\n".join(lines)
 

@@ -42,6 +42,7 @@ from ._model import (
     Params,
     _check_init_scale,
     _check_seed,
+    attention,
     init_params,
     population_loss,
 )
@@ -55,7 +56,9 @@ from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 
 
 DEFAULT_T1 = 20_000.0
-DEFAULT_NUM_SAVES = 400
+# 0 and 797 log-spaced times: stage detection needs this density (the 400
+# saves of gradflow 0.1.0 are every other one of them; docs/stages.md)
+DEFAULT_NUM_SAVES = 798
 DEFAULT_MAX_STEPS = 4_000_000
 DEFAULT_CHECKPOINT_EVERY = 120.0  # seconds of wall time between checkpoints
 
@@ -595,7 +598,7 @@ def integrate(
     - `width`: the embedding width $m$ (ignored when `params` is given).
     - `t1`: final time.
     - `ts`: increasing save times in `[0, t1]`; by default
-      [`gradflow.default_save_times`][] (400 log-spaced times and `0`).
+      [`gradflow.default_save_times`][] (`0` and 797 log-spaced times).
     - `seed`: seed of the random initialisation.
     - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance;
       by default `gradflow.DEFAULT_SOLVER` (see `docs/performance.md`).
@@ -793,7 +796,9 @@ def solve(
     if save_attention is None:
         save_attention = setup.chain.d <= MAX_SAVED_ATTENTION_D
     settings = _settings(setup, observer, bool(save_attention))
-    checkpoint = _checkpointer(setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT))
+    checkpoint = _checkpointer(
+        setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT)
+    )
     spec = _spec(setup, observer)
     chain = setup.chain_dt
     jdtype = setup.dtype
@@ -903,26 +908,20 @@ def _trajectory(
         ok = False
     stages, events, extras = (), tuple(records), {}
     if observer.stages and ts_out.size >= 2:
-        found, stage_events, curves = stages_from_params(
+        found, boundaries, curves = stages_from_params(
             ts_out, saved["params"], setup.chain, observer.thresholds
         )
         stages = tuple(found)
         extras = {
             k: np.asarray(v)
             for k, v in curves.items()
-            if k not in ("loss", "grad_norm") and (save_attention or k != "attention")
+            if k not in ("loss", "grad_norm")
         }
-        derived = [
-            EventRecord(
-                name=e["name"],
-                t=float(e["t"]),
-                loss=float(e["loss"]),
-                token=e.get("token"),
-                located=False,
-            )
-            for e in stage_events
-            if e["name"] not in SADDLE_EVENTS
-        ]
+        if save_attention:
+            extras["attention"] = _attention_at_saves(saved["params"], setup.chain_dt)
+        # The plateau boundaries are the saddle events located during the
+        # solve; the other stage boundaries are interpolated between saves.
+        derived = [e for e in boundaries if e.name not in SADDLE_EVENTS]
         events = tuple(sorted(records + derived, key=lambda e: e.t))
     stats = _stats(setup, state, driven)
     return Trajectory(
@@ -939,6 +938,14 @@ def _trajectory(
         events=events,
         extras=extras,
     )
+
+
+_attention_many = eqx.filter_jit(jax.vmap(attention, in_axes=(0, None)))
+
+
+def _attention_at_saves(params: Params, chain: MarkovChain) -> np.ndarray:
+    """The `(T, d, d)` attention matrices at the saved points (one batch)."""
+    return np.asarray(_attention_many(jax.tree.map(jnp.asarray, params), chain))
 
 
 def _stats(setup: _Setup, state: LoopState, driven: Driven) -> dict[str, Any]:

@@ -12,8 +12,9 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._records import EventRecord
 from ._model import Params
+from ._records import EventRecord
+from ._stage_types import Stage
 
 
 FORMAT_NAME = "gradflow-trajectory"
@@ -195,8 +196,8 @@ def read_result(path, format_name: str, format_version: int, what: str, own: tup
             stats=meta["stats"],
             ok=bool(meta["ok"]),
             message=meta["message"],
-            stages=tuple(meta.get("stages", ())),
             # Files written before records were typed hold plain dicts.
+            stages=tuple(Stage.from_dict(s) for s in meta.get("stages", ())),
             events=tuple(EventRecord.from_dict(e) for e in meta.get("events", ())),
             extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
         )

@@ -72,19 +72,19 @@ def _positive_time(traj: Trajectory):
     return np.flatnonzero(np.asarray(traj.ts) > 0)
 
 
-def _stage_label(stage: dict) -> str:
-    return stage["name"].replace("_", " ")
+def _stage_label(stage) -> str:
+    return stage.name.replace("_", " ")
 
 
 def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> None:
     """Shades each stage's time interval on `ax` in its stage colour."""
     seen = set()
     for s in stages:
-        t0, t1 = s["t_start"], s["t_end"]
+        t0, t1 = s.t_start, s.t_end
         if not (np.isfinite(t0) and np.isfinite(t1)):
             continue
         t0 = max(t0, 1e-300)
-        name = s["name"]
+        name = s.name
         label = None
         if labels and name not in seen:
             label = _stage_label(s)
@@ -185,6 +185,9 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
             f"d = {d}, width {s.get('width')}, init scale {s.get('init_scale')}, "
             f"seed {s.get('seed')}"
         )
+    # the time axis spans the saves (a stage starting at t = 0 would stretch
+    # the log axis down to its clipping value)
+    axes[-1].set_xlim(t[0], t[-1])
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -251,13 +254,6 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
 _attention = eqx.filter_jit(attention)
 
 
-def _get(record, name, default=None):
-    """A field of a stage record (typed record or, in old files, a dict)."""
-    if isinstance(record, dict):
-        return record.get(name, default)
-    return getattr(record, name, default)
-
-
 def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
     """The attention matrix at save `i`, from the saved parameters."""
     return np.asarray(_attention(traj.params[i], traj.chain))
@@ -278,11 +274,11 @@ def attention_figure(
     # save time nearest to it (the attention there is computed from the saved
     # parameters), the earliest first.
     bounds = []
-    for st in sorted(traj.stages, key=lambda x: _get(x, "t_start")):
+    for st in sorted(traj.stages, key=lambda x: x.t_start):
         for key, verb in (("t_start", "start"), ("t_end", "end")):
-            t = float(_get(st, key))
-            if t > 0 and (key == "t_start" or _get(st, "complete", True)):
-                bounds.append((t, f"{_get(st, 'name').replace('_', ' ')} {verb}"))
+            t = float(getattr(st, key))
+            if t > 0 and (key == "t_start" or st.complete):
+                bounds.append((t, f"{st.name.replace('_', ' ')} {verb}"))
     bounds.sort()
     picks, used = [], []
     ts = np.asarray(traj.ts)

@@ -60,12 +60,12 @@ def test_same_stages_for_five_initialisations():
         assert traj.ok
         sequences.append(
             [
-                (s["name"], s["cycle"], tuple(s["tokens"]))
+                (s.name, s.cycle, tuple(s.tokens))
                 for s in traj.stages
-                if s["name"] != "new_direction"
+                if s.name != "new_direction"
             ]
         )
-        names = [s["name"] for s in traj.stages]
+        names = [s.name for s in traj.stages]
         assert names[:6] == [
             "condensation",
             "focus",
@@ -75,9 +75,9 @@ def test_same_stages_for_five_initialisations():
             "dilution",
         ]
         # The first new direction contains the time sigma_2 / sigma_1 passes 0.1.
-        new = [s for s in traj.stages if s["name"] == "new_direction"][0]
+        new = [s for s in traj.stages if s.name == "new_direction"][0]
         ratio = traj.extras["sv_ratio"][:, 0]
         low = int(ratio.argmin())
         t_cross = traj.ts[low + int(np.argmax(ratio[low:] > 0.1))]
-        assert new["t_start"] < t_cross < new["t_end"]
+        assert new.t_start < t_cross < new.t_end
     assert all(s == sequences[0] for s in sequences)
