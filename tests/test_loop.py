@@ -43,17 +43,17 @@ def test_second_solve_compiles_nothing():
 def _setup(init_scale, seed):
     return _integrate._prepare(
         CHAIN,
-        init_scale,
-        None,
-        2,
-        60.0,
-        KW["ts"],
-        seed,
-        None,
-        1e-6,
-        1e-9,
-        10_000,
-        "float64",
+        init_scale=init_scale,
+        params=None,
+        width=2,
+        t1=60.0,
+        ts=KW["ts"],
+        seed=seed,
+        solver=None,
+        rtol=1e-6,
+        atol=1e-9,
+        max_steps=10_000,
+        dtype="float64",
     )
 
 

@@ -234,4 +234,5 @@ def test_stages_from_params_gives_events_of_the_boundaries():
     stages, events, obs = gf.stages_from_params(ts, _params(20, seed=3), CHAIN)
     assert obs["att_mass"].shape == (20, 4)
     assert all(isinstance(s, gf.Stage) for s in stages)
-    assert [e["t"] for e in events] == sorted(e["t"] for e in events)
+    assert [e.t for e in events] == sorted(e.t for e in events)
+    assert all(isinstance(e, gf.EventRecord) and not e.located for e in events)
