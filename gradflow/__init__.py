@@ -47,6 +47,7 @@ from ._integrate_stages import integrate_stages as integrate_stages  # noqa: E40
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
+    attention_summary as attention_summary,
     finite_context_logits as finite_context_logits,
     finite_context_loss as finite_context_loss,
     init_params as init_params,
@@ -73,6 +74,7 @@ from ._theory import (  # noqa: E402
     theory_report as theory_report,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from ._variants import Model as Model, VariantParams as VariantParams  # noqa: E402
 
 
 try:
