@@ -42,7 +42,7 @@ from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
 from ._diagnostics import attention_entropy
-from ._model import Params, attention, population_loss
+from ._model import Params, attention_summary, population_loss
 
 
 _TINY = 1e-300
@@ -126,7 +126,7 @@ def monitor(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
     grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
 
     def observe(p):
-        A = attention(p, chain)
+        A = attention_summary(p, chain)
         return attention_entropy(A, chain.pi), chain.pi @ A, _log_sv_ratios(p.W0)
 
     (_, _, log_ratios), (dH, dM, dlogr) = jax.jvp(observe, (params,), (velocity,))
