@@ -216,6 +216,8 @@ def panels_figure(name, trajs):
         )
         twin.set_ylim(0, 1.05)
         twin.tick_params(axis="y", colors="#ff9f1c", labelsize=7)
+        ax.set_xlim(t[0], t[-1])
+        ax.set_ylim(levels["conditional"] - 0.03, levels["log_d"] + 0.03)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("t")
     axes.flat[0].set_ylabel("population loss (black)")
@@ -261,13 +263,19 @@ def report(scenarios, t1, runs: Path, out: Path) -> list[dict]:
     for name in scenarios:
         trajs = {}
         for model in VARIANTS:
-            traj = gf.load(runs / f"{name}_{model.label}.npz")
+            path = runs / f"{name}_{model.label}.npz"
+            if not path.exists():
+                print(f"not run: {path}")
+                continue
+            traj = gf.load(path)
             assert traj.settings["t1"] == t1, (traj.settings["t1"], t1)
             rows.append(
                 {"scenario": name, **summarise(traj, model, traj.stats["wall_time"])}
             )
             trajs[model.label] = traj
         for kind, make in (("overlay", overlay_figure), ("panels", panels_figure)):
+            if not trajs:
+                continue
             fig = make(name, trajs)
             plot.save_figure(fig, out / f"variants_{name}_{kind}")
             plot._pyplot().close(fig)
