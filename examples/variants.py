@@ -161,16 +161,21 @@ def overlay_figure(name, trajs):
     for (label, traj), color in zip(trajs.items(), COLORS):
         t = traj.ts[1:]
         x = {k: v[1:] for k, v in traj.extras.items() if np.ndim(v) >= 1}
-        axes[0, 0].loglog(t, traj.loss[1:] - floor, color=color, label=label)
+        axes[0, 0].semilogx(t, traj.loss[1:], color=color, label=label)
         axes[0, 1].semilogx(
             t, x["att_entropy"] / float(chain.unigram_entropy), color=color
         )
         axes[1, 0].semilogx(t, x["att_mass"][:, top], color=color)
         sv = x["sv_W0"]
         axes[1, 1].loglog(t, sv[:, 1] / sv[:, 0], color=color)
-    axes[0, 0].axhline(float(chain.unigram_entropy) - floor, color="k", ls=":", lw=0.8)
-    axes[0, 0].set(ylabel=r"$L - H_{\mathrm{cond}}$", title="loss above the floor")
-    axes[0, 0].text(1, float(chain.unigram_entropy) - floor, r"$H(\pi)$", va="bottom")
+    for level, text in (
+        (np.log(chain.d), r"$\log d$"),
+        (float(chain.unigram_entropy), r"$H(\pi)$"),
+        (floor, r"$H_{\mathrm{cond}}$"),
+    ):
+        axes[0, 0].axhline(level, color="0.4", ls=":", lw=0.8)
+        axes[0, 0].text(traj.ts[1], level, text, va="bottom", fontsize=8)
+    axes[0, 0].set(ylabel="population loss", title="loss")
     axes[0, 1].set(
         ylabel=r"$\sum_i \pi_i H(\bar A_i) / H(\pi)$", title="attention entropy"
     )
