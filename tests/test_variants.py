@@ -513,3 +513,23 @@ def test_two_head_value_residual_flow_learns_past_unigram():
     assert traj.settings["model"] == model.as_dict()
     assert traj.loss[-1] < float(chain.unigram_entropy) - 0.1
     assert traj.loss.min() >= float(chain.conditional_entropy) - 1e-12
+
+
+def test_save_and_load_rebuild_variant_params(tmp_path):
+    model = gf.Model(heads=2, value=True, norm="layer")
+    p = gf.init_params(4, 3, 0.1, seed=2, model=model)
+    params = jax.tree.map(lambda x: np.stack([np.asarray(x), 2 * np.asarray(x)]), p)
+    traj = gf.Trajectory(
+        ts=np.array([0.0, 1.0]),
+        loss=np.array([1.4, 1.3]),
+        grad_norm=np.array([0.1, 0.05]),
+        params=params,
+        chain=gf.chains.random(4, seed=0),
+        settings={"model": model.as_dict(), "t1": 1.0},
+        stats={"num_steps": 1},
+    )
+    back = gf.load(traj.save(tmp_path / "v.npz"))
+    assert type(back.params) is gf.VariantParams and back.params.model == model
+    for name in ("W0", "W1", "WQ", "WK", "WV", "gain", "bias"):
+        assert np.array_equal(getattr(back.params, name), getattr(params, name))
+    assert back.final_params.WV.shape == (1, 2, 3, 3)
