@@ -189,7 +189,9 @@ def overlay_figure(name, trajs):
     for ax in axes.flat:
         ax.set_xlabel("t")
         ax.grid(alpha=0.3, which="both", lw=0.4)
-    axes[0, 0].legend(fontsize=8, loc="lower left")
+    # the entropy panel's lower left is empty: the legend goes there
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    axes[0, 1].legend(handles, names, fontsize=8, loc="lower left")
     fig.suptitle(
         f"Model variants on the {name} chain (d = {chain.d}, m = {WIDTH}, "
         f"init_scale = {INIT_SCALE:g}); $\\bar A$: last layer, heads averaged"

@@ -456,7 +456,9 @@ def test_integrate_model_argument_checks():
     p = gf.init_params(4, 3, 0.01, model=gf.Model(value=True))
     with pytest.raises(ValueError, match="model = Model.*but params are for Model"):
         gf.integrate(chain, params=p, model=gf.Model(heads=2))
-    with pytest.raises(ValueError, match=r"params.WQ must be 4-dimensional"):
+    with pytest.raises(
+        ValueError, match=r"params.W0 must be 2-dimensional \(one point, no time axis\)"
+    ):
         gf.integrate(chain, params=jax.tree.map(lambda x: x[None], p))
 
 
