@@ -47,6 +47,7 @@ from ._integrate import (  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
+    attention_summary as attention_summary,
     finite_context_logits as finite_context_logits,
     finite_context_loss as finite_context_loss,
     init_params as init_params,
@@ -69,6 +70,7 @@ from ._stages import (  # noqa: E402
     stages_from_params as stages_from_params,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from ._variants import Model as Model, VariantParams as VariantParams  # noqa: E402
 from .theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,
     Linearization as Linearization,

@@ -23,7 +23,7 @@ from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
 from ._custom_types import Scalar
-from ._model import Params, attention, population_loss
+from ._model import Params, attention_summary, population_loss
 
 
 # Singular values below this fraction of sigma_1 are treated as zero in the
@@ -47,7 +47,7 @@ def _sv_ratio(W0: Float[Array, "m d"]) -> Scalar:
 
 
 def _att_entropy(params: Params, chain: MarkovChain) -> Scalar:
-    return attention_entropy(attention(params, chain), chain.pi)
+    return attention_entropy(attention_summary(params, chain), chain.pi)
 
 
 def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
@@ -66,12 +66,12 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
     | `cos_W1_u` | `()` | $|\hat u^\top W_1| / |W_1|_F$, $u = \pi - 1/d$ (1: aligned) |
     | `right_sv_W0` | `(min(m, d), d)` | every right singular vector of $W_0$ (max entry > 0) |
     | `cos_v_pi` | `(min(m, d),)` | $|v_k \cdot \hat\pi|$ for those vectors |
-    | `attention` | `(d, d)` | $A$ (SPEC section 3) |
+    | `attention` | `(d, d)` | $A$ (SPEC section 3); for a variant [`gradflow.attention_summary`][] |
     | `att_entropy` | `()` | $\sum_i \pi_i H(A_{i\cdot})$ |
     | `att_mass` | `(d,)` | $\sum_i \pi_i A_{ik}$: attention mass on key token $k$ |
     """
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
-    A = attention(params, chain)
+    A = attention_summary(params, chain)
     return {**_point_diagnostics(params, chain, loss, grad, A), "attention": A}
 
 

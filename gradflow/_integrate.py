@@ -44,6 +44,8 @@ from ._model import (
     _check_seed,
     attention,
     init_params,
+    initial_scale,
+    model_of,
     population_loss,
 )
 from ._observe import SADDLE_EVENTS, Observer, save_point
@@ -51,6 +53,7 @@ from ._progress import host_progress
 from ._records import EventRecord
 from ._stages import BUILTIN_EVENTS, StageThresholds, stages_from_params
 from ._trajectory import Trajectory
+from ._variants import VariantParams, as_model, check_variant_point
 from ._watch import Watch, WatchState
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 
@@ -380,23 +383,33 @@ def _check_descent(ts, loss, rtol: float) -> str:
     )
 
 
-def initial_point(chain, init_scale, params, width, seed, dtype):
+def initial_point(chain, init_scale, params, width, seed, dtype, model=None):
     """The starting point of a flow or an SGD run: exactly one of a random
-    initialisation (`init_scale`, `width`, `seed`) or given `params` (checked
-    against the chain). Returns `(params0, init_scale, width)`."""
+    initialisation (`init_scale`, `width`, `seed`, `model`) or given `params`
+    (checked against the chain, and against `model` if one is given).
+    Returns `(params0, init_scale, width)`."""
     if (init_scale is None) == (params is None):
         raise ValueError(
             "give exactly one of init_scale (random start) and params (given start), "
             f"got init_scale={init_scale!r} and params={'None' if params is None else '...'}"
         )
+    model = None if model is None else as_model(model)
     if params is None:
         init_scale = _check_init_scale(init_scale)
         return (
-            init_params(chain.d, width, init_scale, seed, dtype=dtype),
+            init_params(chain.d, width, init_scale, seed, dtype=dtype, model=model),
             init_scale,
             width,
         )
-    params0 = _check_params(params, chain, dtype)
+    if isinstance(params, VariantParams):
+        params0 = check_variant_point(params, chain, dtype)
+    else:
+        params0 = _check_params(params, chain, dtype)
+    if model is not None and model != model_of(params0):
+        raise ValueError(
+            f"model = {model} but params are for {model_of(params0)}; give one or "
+            "the other (params carry their model)"
+        )
     return params0, init_scale, params0.m
 
 
@@ -435,6 +448,7 @@ def _prepare(
     dtype,
     checkpoint=None,
     checkpoint_every=DEFAULT_CHECKPOINT_EVERY,
+    model=None,
 ) -> _Setup:
     """Validates the arguments of `integrate` (raising a clear error naming the
     argument and its value) and builds the initial point."""
@@ -462,15 +476,9 @@ def _prepare(
     if atol is not None:
         atol = _check_positive_finite("atol", atol)
     params0, init_scale, width = initial_point(
-        chain, init_scale, params, width, seed, jdtype
+        chain, init_scale, params, width, seed, jdtype, model
     )
-    scale = float(
-        np.sqrt(
-            np.mean(
-                np.concatenate([np.ravel(x) ** 2 for x in jax.tree.leaves(params0)])
-            )
-        )
-    )
+    scale = initial_scale(params0)
     default_rtol, default_atol = default_tolerances(
         jdtype, scale if scale > 0 else 1.0, solver_obj
     )
@@ -494,6 +502,7 @@ def _prepare(
         "max_steps": max_steps,
         "dtype": np.dtype(jdtype).name,
         "num_saves": int(ts_np.size),
+        "model": model_of(params0).as_dict(),
     }
     return _Setup(
         chain=chain,
@@ -567,6 +576,7 @@ def integrate(
     save_attention: bool | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
+    model: Any = None,
 ) -> Trajectory:
     r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
 
@@ -594,7 +604,8 @@ def integrate(
     - `chain`: a [`gradflow.MarkovChain`][].
     - `init_scale`: standard deviation of the random initialisation; give
       exactly one of `init_scale` and `params`.
-    - `params`: a [`gradflow.Params`][] to start from.
+    - `params`: a [`gradflow.Params`][] (or [`gradflow.VariantParams`][]) to
+      start from.
     - `width`: the embedding width $m$ (ignored when `params` is given).
     - `t1`: final time.
     - `ts`: increasing save times in `[0, t1]`; by default
@@ -631,6 +642,9 @@ def integrate(
       `progress` may change between the runs (raise `max_steps` to continue a
       run that ran out of steps). See `docs/errors.md`.
     - `checkpoint_every`: seconds between periodic checkpoint writes.
+    - `model`: a [`gradflow.Model`][] for the random start (default: the
+      paper's model). Given `params` carry their model (a
+      [`gradflow.VariantParams`][]); a `model` given with them must match.
 
     **Returns:** a [`gradflow.Trajectory`][]. If the solver stops early,
     `traj.ok` is `False`, `traj.message` says why and what to change, and the
@@ -670,6 +684,7 @@ def integrate(
         dtype=dtype,
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
+        model=model,
     )
     observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
     return solve(
@@ -940,7 +955,8 @@ def _trajectory(
     )
 
 
-_attention_many = eqx.filter_jit(jax.vmap(attention, in_axes=(0, None)))
+# for a variant: the last layer's head-averaged attention (gf.attention_summary)
+_attention_many = eqx.filter_jit(jax.vmap(attention_summary, in_axes=(0, None)))
 
 
 def _attention_at_saves(params: Params, chain: MarkovChain) -> np.ndarray:

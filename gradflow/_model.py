@@ -1,12 +1,18 @@
 r"""The one-layer attention model: parameters, the closed-form population loss
-(SPEC section 3) and the finite-context model (SPEC section 2).
+(SPEC section 3) and the finite-context model (SPEC section 2), and the public
+entry points that serve every model variant (SPEC section 9).
 
-Both losses share one attention primitive, [`_attention_weights`][], so the
-population loss is exactly the finite-context model with the softmax over
-positions replaced by a $\pi$-weighted softmax over the vocabulary.
+Both losses share one attention primitive,
+[`gradflow._attention.attention_weights`][], so the population loss is exactly
+the finite-context model with the softmax over positions replaced by a
+$\pi$-weighted softmax over the vocabulary. The functions here take either
+[`gradflow.Params`][] (the paper's model, whose arithmetic is kept exactly) or
+[`gradflow.VariantParams`][] (`_variants.py`), which carry their
+[`gradflow.Model`][].
 """
 
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -14,9 +20,19 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._attention import attention_weights, mean_nll, population_cross_entropy
 from ._chain import MarkovChain
-from ._custom_types import Attention, Scalar, Square
+from ._custom_types import Attention, Scalar
 from ._errors import is_number, show
+from ._variants import (
+    PARAM_NAMES,
+    Model,
+    VariantParams,
+    as_model,
+    init_variant_params,
+    variant_finite_context_logits,
+    variant_population_forward,
+)
 
 
 class Params(eqx.Module):
@@ -82,21 +98,29 @@ class Params(eqx.Module):
         return jax.tree.map(lambda x: x[index], self)
 
 
+AnyParams = Params | VariantParams
+
+
 def init_params(
     d: int,
     width: int = 16,
     init_scale: float = 1e-3,
     seed: int = 0,
     dtype=jnp.float64,
-) -> Params:
+    model: Model | None = None,
+) -> AnyParams:
     r"""Random initialisation: every entry i.i.d. $\mathcal{N}(0, \text{init\_scale}^2)$.
 
     **Arguments:**
 
     - `d`: vocabulary size; `width`: $m$; `init_scale`: standard deviation > 0;
-    - `seed`: integer seed of `jax.random.key`; `dtype`: float64 by default.
+    - `seed`: integer seed of `jax.random.key`; `dtype`: float64 by default;
+    - `model`: a [`gradflow.Model`][]; `None` or `gf.Model()` is the paper's
+      model. A variant's normalisation `gain` starts at 1 and `bias` at 0
+      (SPEC section 9).
 
-    **Returns:** a [`gradflow.Params`][].
+    **Returns:** a [`gradflow.Params`][] for the minimal model (the same numbers
+    as before variants existed), else a [`gradflow.VariantParams`][].
     """
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
         raise ValueError(f"d must be an integer >= 2, got d = {show(d)}")
@@ -104,14 +128,17 @@ def init_params(
         raise ValueError(f"width must be an integer >= 1, got width = {show(width)}")
     init_scale = _check_init_scale(init_scale)
     seed = _check_seed(seed)
+    model = as_model(model)
     try:
         floating = jnp.issubdtype(dtype, jnp.floating)
     except TypeError:
         floating = False
     if not floating:
         raise TypeError(f"dtype must be a floating dtype, got dtype = {show(dtype)}")
-    k0, k1, kq, kk = jax.random.split(jax.random.key(seed), 4)
     m = int(width)
+    if not model.minimal:
+        return init_variant_params(d, m, init_scale, seed, dtype, model)
+    k0, k1, kq, kk = jax.random.split(jax.random.key(seed), 4)
 
     def normal(key, shape):
         return init_scale * jax.random.normal(key, shape, dtype=dtype)
@@ -125,10 +152,10 @@ def init_params(
 
 
 def _check_init_scale(init_scale) -> float:
-    if isinstance(init_scale, Params):
+    if isinstance(init_scale, (Params, VariantParams)):
         raise TypeError(
-            "init_scale must be a positive number, got a gradflow.Params; pass a "
-            "starting point as params=..."
+            f"init_scale must be a positive number, got a gradflow."
+            f"{type(init_scale).__name__}; pass a starting point as params=..."
         )
     if not is_number(init_scale):
         raise TypeError(f"init_scale must be a positive number, got {show(init_scale)}")
@@ -144,42 +171,108 @@ def _check_seed(seed) -> int:
     return int(seed)
 
 
-def _attention_weights(
-    WQ: Square,
-    WK: Square,
-    queries: Float[Array, "m q"],
-    keys: Float[Array, "m n"],
-    log_weights: Float[Array, "*q n"],
-) -> Float[Array, "q n"]:
-    r"""Softmax attention of each query over the keys, with log prior weights.
-
-    $\alpha[i, k] \propto w_k \exp((W_Q q_i) \cdot (W_K k_k))$, computed as a
-    softmax of scores plus $\log w_k$: stable for any score size, and exactly
-    zero weight where $w_k = 0$.
-    """
-    scores = (WQ @ queries).T @ (WK @ keys)
-    return jax.nn.softmax(scores + log_weights, axis=-1)
+def model_of(params: AnyParams) -> Model:
+    """The [`gradflow.Model`][] of a point: `gf.Model()` for [`gradflow.Params`][]."""
+    if isinstance(params, Params):
+        return Model()
+    return _variant(params).model
 
 
-def attention(params: Params, chain: MarkovChain) -> Attention:
+def initial_scale(params: AnyParams) -> float:
+    """The RMS size of a starting point's small entries: every parameter except a
+    normalisation `gain` (which starts at 1). Ties the default `atol` to the
+    size that saddle escapes grow from."""
+    leaves = [
+        np.ravel(np.asarray(value))
+        for name, value in param_arrays(params).items()
+        if name != "gain"
+    ]
+    return float(np.sqrt(np.mean(np.concatenate(leaves) ** 2)))
+
+
+def param_arrays(params: AnyParams) -> dict[str, Any]:
+    """`{name: array}` of the parameters that are present (for saving)."""
+    return {
+        name: getattr(params, name)
+        for name in PARAM_NAMES
+        if getattr(params, name, None) is not None
+    }
+
+
+def params_from_arrays(arrays, model=None, prefix: str = "") -> AnyParams:
+    """Rebuilds the parameters saved by [`param_arrays`][] (keys `prefix + name`)
+    for `model` (a [`gradflow.Model`][], its `as_dict()`, or `None`: minimal)."""
+    model = as_model(model)
+    if model.minimal:
+        return Params(*(arrays[prefix + n] for n in ("W0", "W1", "WQ", "WK")))
+    return VariantParams(
+        **{
+            n: arrays[prefix + n] if prefix + n in arrays else None for n in PARAM_NAMES
+        },
+        model=model,
+    )
+
+
+# The attention primitive under its historical name (used by the SGD code).
+_attention_weights = attention_weights
+
+
+def _variant(params) -> VariantParams:
+    if not isinstance(params, VariantParams):
+        raise TypeError(
+            "params must be a gradflow.Params or gradflow.VariantParams, got "
+            f"{type(params).__name__}"
+        )
+    return params
+
+
+def attention(params: AnyParams, chain: MarkovChain) -> Attention:
     r"""The population attention matrix $A$ (SPEC section 3).
 
     $A[i, k] = \pi_k e^{S[i, k]} / \sum_l \pi_l e^{S[i, l]}$ with
     $S = (W_Q W_0)^\top (W_K W_0)$: row `i` is how a query token `i` spreads its
     attention over key tokens in an infinitely long context.
+
+    For [`gradflow.VariantParams`][]: the attention of every layer and head,
+    shape `(layers, heads, d, d)`, each computed from that layer's input
+    (SPEC section 9); [`gradflow.attention_summary`][] gives one `(d, d)`
+    matrix.
     """
+    if not isinstance(params, Params):
+        _, A = variant_population_forward(_variant(params), chain)
+        return A
     E = params.W0
-    return _attention_weights(params.WQ, params.WK, E, E, jnp.log(chain.pi))
+    return attention_weights(params.WQ, params.WK, E, E, jnp.log(chain.pi))
 
 
-def population_logits(params: Params, chain: MarkovChain) -> Float[Array, "d d"]:
-    """$Z = W_1 W_0 A^\\top$: column `i` holds the next-token logits for query `i`."""
+def attention_summary(params: AnyParams, chain: MarkovChain) -> Attention:
+    r"""One `(d, d)` attention matrix for diagnostics and stage detection.
+
+    For [`gradflow.Params`][] it is [`gradflow.attention`][] itself. For a
+    variant it is the **last layer's attention averaged over its heads**,
+    $\bar A = \frac1H \sum_h A^{(L)}_h$: the layer whose output feeds $W_1$,
+    and a row-stochastic matrix, so its $\pi$-weighted entropy and key masses
+    mean what they mean for the minimal model. The entropy of the average is at
+    least the average of the heads' entropies: one head focusing while another
+    stays uniform shows as a weaker focus.
+    """
+    if isinstance(params, Params):
+        return attention(params, chain)
+    return jnp.mean(attention(params, chain)[-1], axis=0)
+
+
+def population_logits(params: AnyParams, chain: MarkovChain) -> Float[Array, "d d"]:
+    """$Z = W_1 W_0 A^\\top$: column `i` holds the next-token logits for query `i`
+    (for a variant: $Z = W_1 N(X_L)$ of SPEC section 9)."""
+    if not isinstance(params, Params):
+        Z, _ = variant_population_forward(_variant(params), chain)
+        return Z
     H = params.W0 @ attention(params, chain).T
     return params.W1 @ H
 
 
-def population_loss(params: Params, chain: MarkovChain) -> Scalar:
-    r"""The population cross-entropy in closed form (SPEC section 3).
+def population_loss(params: AnyParams, chain: MarkovChain) -> Scalar:
+    r"""The population cross-entropy in closed form (SPEC sections 3 and 9).
 
     $$L(\theta) = \sum_i \pi_i \Big[\operatorname{logsumexp}_y Z_{yi}
     - \sum_y P_{iy} Z_{yi}\Big], \qquad Z = W_1 W_0 A^\top.$$
@@ -187,26 +280,29 @@ def population_loss(params: Params, chain: MarkovChain) -> Scalar:
     The limit of the finite-context loss as the number of sequences and the
     context length go to infinity. $L(0) = \log d$, $L \ge$ the chain's
     conditional entropy. Pure and jit-able; differentiate it with `jax.grad`.
+    Takes [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
+    (then $Z = W_1 N(X_L)$, SPEC section 9).
     """
-    Z = population_logits(params, chain)
-    per_query = jax.nn.logsumexp(Z, axis=0) - jnp.sum(chain.P.T * Z, axis=0)
-    return jnp.dot(chain.pi, per_query)
+    return population_cross_entropy(population_logits(params, chain), chain)
 
 
 def finite_context_logits(
-    params: Params, context: Int[Array, "*batch s"]
+    params: AnyParams, context: Int[Array, "*batch s"]
 ) -> Float[Array, "*batch d"]:
     """Next-token logits of the finite-context model of SPEC section 2.
 
     The last token of each context queries every position `1..s` (itself
-    included) with uniform prior weight; no value matrix.
+    included) with uniform prior weight; no value matrix. For a variant, every
+    layer runs causally at every position (SPEC section 9).
     """
+    if not isinstance(params, Params):
+        return variant_finite_context_logits(_variant(params), context)
 
     def one(tokens):
         E = params.W0
         keys = E[:, tokens]
         query = keys[:, -1:]
-        alpha = _attention_weights(
+        alpha = attention_weights(
             params.WQ, params.WK, query, keys, jnp.zeros(tokens.shape[-1], E.dtype)
         )
         h = keys @ alpha[0]
@@ -216,7 +312,9 @@ def finite_context_logits(
     return jax.vmap(one)(flat).reshape(*context.shape[:-1], params.d)
 
 
-def finite_context_loss(params: Params, sequences: Int[Array, "*batch s1"]) -> Scalar:
+def finite_context_loss(
+    params: AnyParams, sequences: Int[Array, "*batch s1"]
+) -> Scalar:
     r"""Mean cross-entropy of the finite-context model on token sequences.
 
     Each sequence `x_1..x_{s+1}` contributes $-\log
@@ -225,18 +323,18 @@ def finite_context_loss(params: Params, sequences: Int[Array, "*batch s1"]) -> S
     [`gradflow.population_loss`][] for sequences drawn from the chain.
     """
     logits = finite_context_logits(params, sequences[..., :-1])
-    targets = sequences[..., -1]
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    return jnp.mean(nll)
+    return mean_nll(logits, sequences[..., -1])
 
 
 __all__ = [
+    "AnyParams",
     "Params",
     "attention",
+    "attention_summary",
     "finite_context_logits",
     "finite_context_loss",
     "init_params",
+    "model_of",
     "population_logits",
     "population_loss",
 ]

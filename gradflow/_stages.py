@@ -29,7 +29,7 @@ from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
 from ._diagnostics import _point_diagnostics
-from ._model import Params, attention, population_loss
+from ._model import Params, attention_summary, population_loss
 from ._records import EventRecord
 from ._stage_types import STAGE_KINDS, Stage, StageThresholds
 
@@ -63,7 +63,7 @@ def observe(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
     """
     del t
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
-    A = attention(params, chain)
+    A = attention_summary(params, chain)
     out = _point_diagnostics(params, chain, loss, grad, A)
     s = out["sv_W0"]
     out["sv_ratio"] = s[1:] / jnp.maximum(s[0], _TINY)

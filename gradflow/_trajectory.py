@@ -12,14 +12,13 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._model import Params
+from ._model import Params, param_arrays, params_from_arrays
 from ._records import EventRecord
 from ._stage_types import Stage
 
 
 FORMAT_NAME = "gradflow-trajectory"
 FORMAT_VERSION = 1
-_PARAM_NAMES = ("W0", "W1", "WQ", "WK")
 # The function that reads each kind of gradflow file, named in the error for
 # a file handed to the wrong loader.
 LOADERS = {
@@ -159,7 +158,9 @@ def write_result(path, result, format_name: str, format_version: int, arrays) ->
         **arrays,
         "P": np.asarray(result.chain.P),
         "pi": np.asarray(result.chain.pi),
-        **{f"params_{n}": np.asarray(getattr(result.params, n)) for n in _PARAM_NAMES},
+        **{
+            f"params_{n}": np.asarray(v) for n, v in param_arrays(result.params).items()
+        },
         **{f"extra_{k}": np.asarray(v) for k, v in result.extras.items()},
     }
     arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
@@ -191,7 +192,10 @@ def read_result(path, format_name: str, format_version: int, what: str, own: tup
         return dict(
             **{name: arrays[name] for name in own},
             chain=chain,
-            params=Params(*(arrays[f"params_{n}"] for n in _PARAM_NAMES)),
+            # the model (in the settings since variants exist; minimal if absent)
+            params=params_from_arrays(
+                arrays, meta["settings"].get("model"), prefix="params_"
+            ),
             settings=meta["settings"],
             stats=meta["stats"],
             ok=bool(meta["ok"]),

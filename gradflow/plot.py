@@ -22,7 +22,7 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import entropy_bounds
-from ._model import attention
+from ._model import attention_summary
 from ._trajectory import Trajectory
 
 
@@ -251,7 +251,7 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     return fig
 
 
-_attention = eqx.filter_jit(attention)
+_attention = eqx.filter_jit(attention_summary)
 
 
 def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
