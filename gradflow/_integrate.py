@@ -42,7 +42,7 @@ from ._model import (
     Params,
     _check_init_scale,
     _check_seed,
-    attention,
+    attention_summary,
     init_params,
     initial_scale,
     model_of,
