@@ -39,7 +39,7 @@ def test_cli_short_run_writes_everything(short_run, capsys):
     for stem in ("summary", "embeddings_pca", "attention"):
         for ext in ("png", "pdf"):
             assert (out / f"{stem}.{ext}").stat().st_size > 10_000
-    stages = _rows(out / "stages.csv")
+    stages = [r for r in _rows(out / "stages.csv") if r["name"] != "plateau"]
     assert [r["name"] for r in stages] == ["condensation", "focus", "dilution"]
     assert stages[1]["tokens"] == "0"
     events = _rows(out / "events.csv")
@@ -50,13 +50,13 @@ def test_cli_trajectory_stages_are_consistent(short_run):
     _, out = short_run
     traj = gf.load(out / "trajectory.npz")
     chain = traj.chain
-    cond, focus, dilution = traj.stages
+    cond, focus, dilution = [s for s in traj.stages if s.name != "plateau"]
     # Condensation ends on the unigram plateau H(pi).
     assert cond.loss_end == pytest.approx(float(chain.unigram_entropy), abs=2e-3)
     assert focus.t_end == dilution.t_start
     # The first focus contains the steepest fall of the attention entropy.
     t = traj.ts[1:]
-    dH_dt = traj.extras["entropy_rate"][1:] * float(chain.unigram_entropy) / t
+    dH_dt = np.gradient(traj.extras["att_entropy"][1:], t)
     t_steep = t[np.argmin(dH_dt)]
     assert focus.t_start < t_steep < focus.t_end
     # The focus token's mass peaks at focus_end: it rose before and falls after.
@@ -68,18 +68,22 @@ def test_cli_trajectory_stages_are_consistent(short_run):
     # Event times agree with the detector run on the saved (sampled) curves.
     ex = traj.extras
     obs = {**ex, "loss": traj.loss}
-    stages = [
-        s for s in gf.detect_stages(traj.ts, obs, chain=chain) if s.name != "plateau"
-    ]
-    assert [s.name for s in stages] == [s.name for s in traj.stages]
-    for a, b in zip(stages, traj.stages, strict=True):
-        assert a.t_start == pytest.approx(b.t_start, rel=0.02)
-        assert a.t_end == pytest.approx(b.t_end, rel=0.02)
-    # dL/dt = -|grad L|^2: the saved speed is t |grad L|^2 over the loss range.
-    loss_range = np.log(chain.d) - float(chain.conditional_entropy)
-    np.testing.assert_allclose(
-        ex["speed"], traj.ts * traj.grad_norm**2 / loss_range, rtol=1e-10
-    )
+    # The stages of the loaded file are those the detector finds on its saved
+    # observations (stages are a function of the saved curves).
+    assert gf.detect_stages(traj.ts, obs, chain=chain) == traj.stages
+    # The saddle entries located during the solve (root-found on the dense
+    # output) agree with the plateau starts the detector interpolates between
+    # saves (the same speed threshold).
+    entries = [e.t for e in traj.events if e.located and e.name == "saddle_entry"]
+    starts = [s.t_start for s in traj.stages if s.name == "plateau"]
+    assert len(entries) == len(starts) >= 2
+    np.testing.assert_allclose(starts, entries, rtol=1e-2)
+    # dL/dt = -|grad L|^2 along the flow: central differences of the saved
+    # loss against the saved gradient norm, where the loss moves.
+    t, L, g2 = traj.ts, traj.loss, traj.grad_norm**2
+    dL = (L[2:] - L[:-2]) / (t[2:] - t[:-2])
+    moving = g2[1:-1] > 1e-6
+    np.testing.assert_allclose(dL[moving], -g2[1:-1][moving], rtol=2e-2)
 
 
 def test_cli_symmetric_chain_has_no_new_direction(tmp_path):
@@ -99,7 +103,9 @@ def test_cli_symmetric_chain_has_no_new_direction(tmp_path):
         ]
     )
     assert code == 0
-    names = [r["name"] for r in _rows(tmp_path / "stages.csv")]
+    names = [
+        r["name"] for r in _rows(tmp_path / "stages.csv") if r["name"] != "plateau"
+    ]
     assert names == ["condensation", "focus", "dilution"]
     traj = gf.load(tmp_path / "trajectory.npz")
     assert traj.extras["sv_ratio"][-1, 0] < 0.01
@@ -235,6 +241,8 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(loop_module, "run_chunk", segment)
+    # chunks of 60 steps: the interrupt lands inside the solve (of ~450 steps)
+    monkeypatch.setattr(loop_module, "CHUNK_STEPS", 60)
     out, ck = tmp_path / "out", tmp_path / "ck.npz"
     argv = ["run", "--t1", "300", "--no-progress", "--out", str(out)]
     assert main([*argv, "--checkpoint", str(ck)]) == 130
