@@ -127,56 +127,166 @@ def _check_level(level) -> str:
     return level
 
 
-def _read_utf8(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"'{path}' is not UTF-8 text: byte 0x{raw[e.start]:02x} at offset "
-            f"{e.start} cannot be decoded ({e.reason}); convert it, for example "
-            f"with `iconv -f latin1 -t utf-8`"
-        ) from None
+def _quote(path) -> str:
+    """A path for a one-line message (`repr` escapes newlines and control
+    characters, which a file name may hold)."""
+    return repr(str(path))
 
 
-def _files_in(folder: Path) -> list[Path]:
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.suffix.lower() in TEXT_SUFFIXES
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+def _nul_error(name: str, value: str) -> ValueError:
+    k = value.index("\x00")
+    return ValueError(
+        f"{name} holds a NUL byte (at character {k}), so it is neither a path (no "
+        f"path can hold one) nor text (binary data?): got {name} = {show(value)}"
     )
+
+
+def _stat(path: Path):
+    """`os.stat`, or `None` where the filesystem says the name is not there
+    (missing, too long, a file used as a folder, a dangling link)."""
+    try:
+        return path.stat()
+    except (OSError, ValueError):
+        return None
+
+
+def _read_error(name: str, path: Path, error: OSError) -> ValueError:
+    return ValueError(
+        f"{name}: {_quote(path)} cannot be read: {error.strerror or error}"
+    )
+
+
+NUL = b"\x00"
+
+
+def _binary_error(name: str, path: Path, offset: int) -> ValueError:
+    return ValueError(
+        f"{name}: {_quote(path)} is a binary file, not text (a NUL byte at offset "
+        f"{offset})"
+    )
+
+
+def _check_file(name: str, path: Path, *, in_folder: bool = False) -> bool:
+    """Rejects a file that is empty or binary (a NUL byte in its first 8 KiB);
+    in a folder, empty files are skipped (returns False)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError as e:
+        raise _read_error(name, path, e) from None
+    if not head:
+        if in_folder:
+            return False
+        raise ValueError(f"{name}: the file {_quote(path)} is empty (0 bytes)")
+    if NUL in head:
+        raise _binary_error(name, path, head.index(NUL))
+    return True
+
+
+def _files_in(name: str, folder: Path) -> list[Path]:
+    try:
+        found = sorted(
+            p
+            for p in folder.rglob("*")
+            if p.suffix.lower() in TEXT_SUFFIXES
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+            and p.is_file()
+        )
+    except OSError as e:
+        raise _read_error(name, folder, e) from None
+    files = [p for p in found if _check_file(name, p, in_folder=True)]
     if not files:
         raise ValueError(
-            f"folder '{folder}' holds no text files (looked for suffixes "
-            f"{', '.join(TEXT_SUFFIXES)})"
+            f"{name}: folder {_quote(folder)} holds no text files (looked for "
+            f"non-empty files ending in {', '.join(TEXT_SUFFIXES)})"
         )
     return files
 
 
-def read_text(path: str | os.PathLike | None = None) -> tuple[str, str]:
+def resolve_path(path, name: str = "path") -> list[Path]:
+    """The files a path names: itself, or the text files of a folder. Raises a
+    one-line `FileNotFoundError`/`ValueError` naming `name`, never the
+    filesystem's own `OSError`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{name} must be a str or os.PathLike, got {type(path).__name__}"
+        )
+    raw = os.fspath(path)
+    if isinstance(raw, bytes):
+        raise TypeError(f"{name} must be a str path, got bytes {show(raw)}")
+    if "\x00" in raw:
+        raise _nul_error(name, raw)
+    if not raw.strip():
+        # Path("") is the current folder: never read it by accident.
+        raise ValueError(
+            f"{name} is an empty string ({raw!r}); pass None for the built-in corpus"
+        )
+    p = Path(raw).expanduser()
+    st = _stat(p)
+    if st is None:
+        raise FileNotFoundError(f"{name}: no such file or folder: {_quote(p)}")
+    if p.is_dir():
+        return _files_in(name, p)
+    _check_file(name, p)
+    return [p]
+
+
+def _names_a_path(value: str) -> bool:
+    """Whether a string names an existing file or folder (a one-line, non-blank
+    string the filesystem finds)."""
+    if "\n" in value or not value.strip() or len(value.encode()) > 4096:
+        return False
+    return _stat(Path(value).expanduser()) is not None
+
+
+def _looks_like_file_name(value: str) -> bool:
+    """A one-line string ending in a text suffix, each part short enough to be
+    a file name: a typo of a path, not prose."""
+    if "\n" in value or value != value.strip():
+        return False
+    parts = Path(value).parts
+    return (
+        Path(value).suffix.lower() in TEXT_SUFFIXES
+        and bool(parts)
+        and all(len(part.encode()) <= 255 for part in parts)
+    )
+
+
+def _read_utf8(name: str, path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise _read_error(name, path, e) from None
+    if NUL in raw:
+        raise _binary_error(name, path, raw.index(NUL))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{name}: {_quote(path)} is not UTF-8 text: byte 0x{raw[e.start]:02x} at "
+            f"offset {e.start} cannot be decoded ({e.reason}); convert it, for "
+            f"example with `iconv -f latin1 -t utf-8`"
+        ) from None
+
+
+def read_text(
+    path: str | os.PathLike | None = None, *, name: str = "path"
+) -> tuple[str, str]:
     """Reads `path` (a UTF-8 file, or a folder of them) or, for `None`, the
     built-in corpus. Returns `(text, source)`."""
     if path is None or (isinstance(path, str) and path == BUILTIN):
         return builtin_text(), BUILTIN
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    if isinstance(path, str) and not path.strip():
-        # Path("") is the current folder: never read it by accident.
-        raise ValueError(
-            f"path is an empty string ({path!r}); pass None for the built-in corpus"
-        )
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(f"no such file or folder: '{p}'")
-    if p.is_dir():
-        return "\n\n".join(_read_utf8(f) for f in _files_in(p)), str(p)
-    return _read_utf8(p), str(p)
+    files = resolve_path(path, name)
+    source = str(Path(os.fspath(path)).expanduser())
+    return "\n\n".join(_read_utf8(name, f) for f in files), source
 
 
 def load(
-    path: str | os.PathLike | None = None, level: str = "word", *, min_tokens: int = 2
+    path: str | os.PathLike | None = None,
+    level: str = "word",
+    *,
+    min_tokens: int = 2,
+    name: str = "path",
 ) -> Corpus:
     r"""Reads and tokenises a local text corpus.
 
@@ -207,7 +317,7 @@ def load(
     ```
     """
     level = _check_level(level)
-    text, source = read_text(path)
+    text, source = read_text(path, name=name)
     return corpus_from_string(text, level, source=source, min_tokens=min_tokens)
 
 
@@ -246,7 +356,7 @@ def _check_vocab_size(vocab_size, num_distinct: int, source: str) -> int:
     return int(vocab_size)
 
 
-def _as_corpus(path_or_text, level: str) -> Corpus:
+def _as_corpus(path_or_text, level: str, name: str = "path_or_text") -> Corpus:
     """`None`/`"builtin"` -> built-in; a `Corpus` as is; a `Path`, or a one-line
     string naming an existing file or folder -> read it; any other string is
     the text itself."""
@@ -258,18 +368,19 @@ def _as_corpus(path_or_text, level: str) -> Corpus:
             )
         return path_or_text
     if path_or_text is None or isinstance(path_or_text, os.PathLike):
-        return load(path_or_text, level)
+        return load(path_or_text, level, name=name)
     if isinstance(path_or_text, str):
         if path_or_text == BUILTIN:
             return load(None, level)
-        one_line = "\n" not in path_or_text and len(path_or_text) < 4096
-        # An empty or blank string is (empty) text, not the current folder.
-        named = one_line and path_or_text.strip() != ""
-        if named and Path(path_or_text).expanduser().exists():
-            return load(path_or_text, level)
-        if one_line and Path(path_or_text).suffix.lower() in TEXT_SUFFIXES:
+        if "\x00" in path_or_text:
+            raise _nul_error(name, path_or_text)
+        if _names_a_path(path_or_text):
+            return load(path_or_text, level, name=name)
+        if _looks_like_file_name(path_or_text):
             # Looks like a file name, not prose: a typo should not be tokenised.
-            raise FileNotFoundError(f"no such file or folder: '{path_or_text}'")
+            raise FileNotFoundError(
+                f"{name}: no such file or folder: {_quote(path_or_text)}"
+            )
         return corpus_from_string(path_or_text, level)
     raise TypeError(
         "path_or_text must be a path, a string of text, a gradflow.text.Corpus or "

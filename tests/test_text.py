@@ -96,6 +96,9 @@ def test_non_utf8(tmp_path):
 def test_empty_and_too_small(tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"path: the file .* is empty \(0 bytes\)"):
+        gf.text.load(path)
+    path.write_text(" \n\n ", encoding="utf-8")
     with pytest.raises(ValueError, match="too small: 0 word tokens"):
         gf.text.load(path)
     with pytest.raises(ValueError, match="too small: 1 word tokens"):
@@ -144,3 +147,26 @@ def test_cli_text_arguments(tmp_path):
         chain_from_text_args(
             parser.parse_args(["--text", str(tmp_path / "missing.raw")])
         )
+
+
+def test_long_one_line_string_is_text():
+    # 460 characters: the filesystem says "File name too long"; it is text.
+    text = "the cat sat " * 38 + "here"
+    assert len(text) == 460
+    chain = gf.chains.from_text(text, vocab_size=4)
+    assert chain.tokens == ("the", "cat", "sat", "<other>")
+
+
+def test_unreadable_file_is_a_value_error(tmp_path):
+    import os
+
+    path = tmp_path / "secret.txt"
+    path.write_text("the cat sat on the mat", encoding="utf-8")
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("running as a user who can read any file")
+        with pytest.raises(ValueError, match=r"path_or_text: '.*secret\.txt' cannot"):
+            gf.chains.from_text(str(path), vocab_size=2)
+    finally:
+        path.chmod(0o644)
