@@ -771,7 +771,7 @@ CASES = [
         "text.load-level",
         lambda f: gf.text.load(f.small_txt, level="byte"),
         ValueError,
-        r"level must be one of \('word', 'char'\), got level = 'byte'",
+        r"level must be one of \('word', 'char', 'bpe'\), got level = 'byte'",
     ),
     Case(
         "from_text-missing",
