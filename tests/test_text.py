@@ -147,6 +147,9 @@ def test_cli_text_arguments(tmp_path):
         chain_from_text_args(
             parser.parse_args(["--text", str(tmp_path / "missing.raw")])
         )
+    args = ["--text", str(path), "--vocab-size", "40", "--level", "bpe"]
+    chain = chain_from_text_args(parser.parse_args([*args, "--tail", "drop"]))
+    assert chain.d == 40 and "<other>" not in chain.tokens and " the" in chain.tokens
 
 
 def test_long_one_line_string_is_text():
