@@ -398,6 +398,18 @@ def _utf8_error(name: str, path: Path, e: UnicodeDecodeError, base: int):
     )
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of 64-bit keys that spreads short
+    units (one letter, one character: small keys) over the top bits that pick
+    their slot in `_KeyTable`."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 class _KeyTable:
     """An open-addressing hash table from 64-bit keys to ids, probed with
     vectorised NumPy (linear probing from the key's top bits; key 0 marks an
@@ -468,7 +480,7 @@ class _UnitCounter:
     def add(self, keys: np.ndarray, name_of) -> None:
         if keys.size == 0:
             return
-        keys = np.maximum(keys, np.uint64(1))
+        keys = np.maximum(_mix(keys), np.uint64(1))
         found = self.table.find(keys)
         miss = np.flatnonzero(found < 0)
         if miss.size:
