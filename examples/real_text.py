@@ -31,8 +31,10 @@ Writes `<out>/real_text.json` (settings, results, cost) and the figures
 `docs/figures/real_text_<level>_<d>.png|pdf` and `docs/figures/real_text_sgd.png`.
 """
 
+import _thread
 import argparse
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -214,6 +216,13 @@ def main():
     parser.add_argument("--sgd-t1", type=float, default=None, help="default: --t1")
     parser.add_argument("--max-steps", type=int, default=4_000_000)
     parser.add_argument("--solver", default=None, help="default: gradflow's")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="wall-clock seconds per flow: a flow still running then is "
+        "interrupted (as by Ctrl-C) and analysed up to where it got",
+    )
     parser.add_argument("--out", default="out/real_text")
     args = parser.parse_args()
     out = Path(args.out)
@@ -259,15 +268,27 @@ def main():
                 ts = np.unique(np.concatenate([run.ts, ts]))
                 ts = ts[ts <= args.t1]
             t = time.perf_counter()
-            traj = gf.integrate(
-                chain,
-                params=p0,
-                t1=args.t1,
-                ts=ts,
-                progress=False,
-                max_steps=args.max_steps,
-                solver=args.solver,
-            )
+            timer = None
+            if args.budget is not None:
+                timer = threading.Timer(args.budget, _thread.interrupt_main)
+                timer.daemon = True
+                timer.start()
+            try:
+                traj = gf.integrate(
+                    chain,
+                    params=p0,
+                    t1=args.t1,
+                    ts=ts,
+                    progress=True,
+                    max_steps=args.max_steps,
+                    solver=args.solver,
+                )
+            except gf.Interrupted as e:  # the wall-clock budget ran out
+                traj = e.result
+                record["interrupted_at_t"] = float(traj.ts[-1])
+            finally:
+                if timer is not None:
+                    timer.cancel()
             record["flow_wall_s"] = time.perf_counter() - t
             record["flow_ok"] = bool(traj.ok)
             record["flow_message"] = traj.message
