@@ -177,6 +177,7 @@ def run_case(impl, path, level, vocab_sizes) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="also the 500 MB file")
+    parser.add_argument("--skip-small", action="store_true", help="not the 60 MB cases")
     parser.add_argument("--small-mb", type=float, default=60)
     parser.add_argument("--big-mb", type=float, default=500)
     parser.add_argument("--out", default=None, help="write the results as JSON")
@@ -186,31 +187,8 @@ def main():
     args = parser.parse_args()
     results = {"settings": vars(args), "cases": []}
     with tempfile.TemporaryDirectory() as folder:
-        small = make_corpus(Path(folder) / "small.txt", int(args.small_mb * 1e6))
-        cases = [
-            ("main", small, "word", [512]),
-            ("new", small, "word", [512]),
-            ("new", small, "char", [64]),
-            ("new", small, "bpe", [1024]),
-        ]
-        if args.main_char:
-            cases.insert(2, ("main", small, "char", [64]))
-        for case in cases:
-            results["cases"].append(run_case(*case))
-            save(results, args.out)
-        main_w, new_w = results["cases"][0], results["cases"][1]
-        results["speedup_word_cpu"] = (
-            new_w["tokens_per_s_cpu"] / main_w["tokens_per_s_cpu"]
-        )
-        results["speedup_word_wall"] = (
-            new_w["tokens_per_s_wall"] / main_w["tokens_per_s_wall"]
-        )
-        print(
-            f"word level, {args.small_mb:g} MB: {results['speedup_word_cpu']:.1f}x "
-            f"main's tokens per CPU second ({results['speedup_word_wall']:.1f}x wall)",
-            flush=True,
-        )
-        small.unlink()
+        if not args.skip_small:
+            small_cases(args, folder, results)
         if args.big:
             big = make_corpus(Path(folder) / "big.txt", int(args.big_mb * 1e6))
             for case in [
@@ -221,6 +199,32 @@ def main():
                 results["cases"].append(run_case(*case))
                 save(results, args.out)
     save(results, args.out)
+
+
+def small_cases(args, folder, results):
+    small = make_corpus(Path(folder) / "small.txt", int(args.small_mb * 1e6))
+    cases = [
+        ("main", small, "word", [512]),
+        ("new", small, "word", [512]),
+        ("new", small, "char", [64]),
+        ("new", small, "bpe", [1024]),
+    ]
+    if args.main_char:
+        cases.insert(2, ("main", small, "char", [64]))
+    for case in cases:
+        results["cases"].append(run_case(*case))
+        save(results, args.out)
+    main_w, new_w = results["cases"][0], results["cases"][1]
+    results["speedup_word_cpu"] = new_w["tokens_per_s_cpu"] / main_w["tokens_per_s_cpu"]
+    results["speedup_word_wall"] = (
+        new_w["tokens_per_s_wall"] / main_w["tokens_per_s_wall"]
+    )
+    print(
+        f"word level, {args.small_mb:g} MB: {results['speedup_word_cpu']:.1f}x "
+        f"main's tokens per CPU second ({results['speedup_word_wall']:.1f}x wall)",
+        flush=True,
+    )
+    small.unlink()
 
 
 def save(results, out):

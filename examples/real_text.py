@@ -200,8 +200,60 @@ def figure(traj, chain, H, mass, result, name, title):
     plt.close(fig)
 
 
+def _ranks(items):
+    return ", ".join(f"{x['token']!r} ({x['rank']})" for x in items)
+
+
+def report(paths):
+    """The markdown table of docs/text.md from `real_text.json` files."""
+    rows = [
+        "| level | d | top tokens | <other> pi | flow reached t | H(0) | H max: t, H | first focus: t, H | "
+        "dilution: t, H | focus token (rank) | gainers at the focus (rank) | "
+        "next direction: tokens (rank) | steps | grad evals | wall s |",
+        "|" + " --- |" * 15,
+    ]
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        for r in saved["runs"]:
+            if "H_start" not in r:
+                continue
+            reached = r.get(
+                "t_reached", r.get("interrupted_at_t", saved["settings"]["t1"])
+            )
+            f, dl, nx = r.get("focus"), r.get("dilution"), r.get("next")
+            st = r["flow_stats"]
+            rows.append(
+                f"| {r['level']} | {r['vocab_size']} | "
+                f"{' '.join(repr(t) for t in r['tokens_head'][:4])} | "
+                f"{r['other_pi']:.3f} | "
+                f"{reached:.4g} | {r['H_start']:.3f} | "
+                f"{r['t_H_max']:.4g}, {r['H_max']:.3f} | "
+                + (f"{f['t']:.4g}, {f['H']:.3f} | " if f else "none | ")
+                + (f"{dl['t']:.4g}, {dl['H']:.3f} | " if dl else "none | ")
+                + f"{r['focus_token']!r} ({r['focus_rank']}) | "
+                f"{_ranks(r['top_gainers'][:3])} | "
+                + (
+                    ", ".join(
+                        f"{t!r} ({k})"
+                        for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
+                    )
+                    if nx
+                    else "none"
+                )
+                + f" | {st['num_steps']} | {st['num_grad_evals']} | {r['flow_wall_s']:.0f} |"
+            )
+    print("\n".join(rows))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the table of docs/text.md from real_text.json files and exit",
+    )
     parser.add_argument(
         "--text", default=None, help="file or folder (default: built-in)"
     )
@@ -225,6 +277,9 @@ def main():
     )
     parser.add_argument("--out", default="out/real_text")
     args = parser.parse_args()
+    if args.report:
+        report(args.report)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"settings": vars(args), "gradflow_version": gf.__version__, "runs": []}
@@ -290,6 +345,7 @@ def main():
                 if timer is not None:
                     timer.cancel()
             record["flow_wall_s"] = time.perf_counter() - t
+            record["t_reached"] = float(traj.ts[-1])
             record["flow_ok"] = bool(traj.ok)
             record["flow_message"] = traj.message
             record["flow_stats"] = {k: v for k, v in traj.stats.items()}
