@@ -845,6 +845,12 @@ CASES = [
         ValueError,
         r"smoothing must be finite and > 0 .*got smoothing = 0\.0",
     ),
+    Case(
+        "from_text-tail",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, tail="keep"),
+        ValueError,
+        r"tail must be one of \('other', 'drop'\), got tail = 'keep'",
+    ),
     # ---------------------------------------------------------- load, load_sgd
     Case(
         "load-missing",
