@@ -15,8 +15,9 @@ attention mass per key token `mass_k = sum_i pi_i A[i, k]`, and reports:
 
 - **the first focus**: the first local minimum of the entropy after it has
   fallen by at least `--min-fall` (relative) below its start; the *focus
-  token* is the token whose mass gained most by then, with its rank by
-  frequency (1 = most frequent; the vocabulary is sorted by frequency);
+  token* is the token whose mass gained most by then, with its rank: its
+  position in the vocabulary, which is sorted by frequency (1 = most frequent)
+  with `<other>` last whatever its frequency (its pi is reported apart);
 - **the dilution**: the entropy's next local maximum, and how much of the
   focus token's mass gain is given back by then;
 - **what is learnt next**: when the second singular value of `W0` reaches 10 %
