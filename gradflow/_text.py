@@ -25,7 +25,7 @@ from pathlib import Path
 
 import equinox as eqx
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Int
 
 from ._chain import MarkovChain
 from ._errors import show
@@ -584,7 +584,7 @@ class TokenStream(eqx.Module):
     - `source`: where the text came from.
     """
 
-    ids: Int[Array, " n"]
+    ids: Int[np.ndarray, " n"]
     chain: MarkovChain
     source: str = eqx.field(static=True)
 
@@ -771,8 +771,7 @@ def _check_vocab_size(vocab_size, num_distinct: int, source: str, tail: str) -> 
     `<other>` token, `vocab_size` without)."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
         raise TypeError(f"vocab_size must be an integer, got {show(vocab_size)}")
-    least = 2
-    if vocab_size < least:
+    if vocab_size < 2:
         what = "at least one token plus <other>" if tail == "other" else "two tokens"
         raise ValueError(
             f"vocab_size must be >= 2 ({what}), got vocab_size = {vocab_size}"
@@ -963,9 +962,9 @@ class _Units(eqx.Module):
 
     def first_seen(self) -> np.ndarray:
         """Tokens in order of first occurrence in the stream (units are)."""
-        _, first = np.unique(self.flat, return_index=True)
+        tokens, first = np.unique(self.flat, return_index=True)
         seen = np.full(len(self.labels), self.flat.size, np.int64)
-        seen[np.unique(self.flat)] = first
+        seen[tokens] = first
         return seen
 
 
