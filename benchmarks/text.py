@@ -3,6 +3,7 @@
     python benchmarks/text.py                 # 60 MB: main's loader vs this one
     python benchmarks/text.py --big           # and the 500 MB file (slow)
     python benchmarks/text.py --out text.json
+    python benchmarks/text.py --big --skip-small --big-levels word char
 
 The corpora are generated, deterministically, into a temporary folder that is
 deleted afterwards: words of the built-in corpus (Python's documentation
@@ -166,7 +167,7 @@ def run_case(impl, path, level, vocab_sizes) -> dict:
         f"(cpu {result['load_cpu_s']:6.1f}), encode K={vocab_sizes[0]} "
         f"{result['encode'][0]['wall_s']:5.1f} s, "
         f"{result['tokens_per_s_cpu'] / 1e6:5.2f} M tokens/cpu-s, peak RSS "
-        f"{result['peak_rss_mb']:6.0f} MB (after import "
+        f"{result['peak_rss_mb']:6.0f} MiB (after import "
         f"{result['rss_after_import_mb']:4.0f}), ids "
         f"{result['encode'][0]['id_bytes'] / 1e6:5.0f} MB",
         flush=True,
@@ -178,6 +179,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="also the 500 MB file")
     parser.add_argument("--skip-small", action="store_true", help="not the 60 MB cases")
+    parser.add_argument(
+        "--big-levels", nargs="+", default=["word", "char", "bpe"], metavar="LEVEL"
+    )
     parser.add_argument("--small-mb", type=float, default=60)
     parser.add_argument("--big-mb", type=float, default=500)
     parser.add_argument("--out", default=None, help="write the results as JSON")
@@ -191,11 +195,12 @@ def main():
             small_cases(args, folder, results)
         if args.big:
             big = make_corpus(Path(folder) / "big.txt", int(args.big_mb * 1e6))
-            for case in [
-                ("new", big, "word", [512, 256, 1024, 2048]),
-                ("new", big, "char", [64]),
-                ("new", big, "bpe", [1024]),
-            ]:
+            big_cases = {
+                "word": ("new", big, "word", [512, 256, 1024, 2048]),
+                "char": ("new", big, "char", [64]),
+                "bpe": ("new", big, "bpe", [1024]),
+            }
+            for case in [big_cases[level] for level in args.big_levels]:
                 results["cases"].append(run_case(*case))
                 save(results, args.out)
     save(results, args.out)

@@ -469,7 +469,8 @@ class _KeyTable:
 
 class _UnitCounter:
     """Distinct units in order of first occurrence, their counts, and the id of
-    every occurrence (uint32, one array per piece of text)."""
+    every occurrence (one array per piece of text, each of the smallest
+    unsigned type that holds the ids known when it was read)."""
 
     def __init__(self):
         self.table = _KeyTable()
@@ -494,7 +495,8 @@ class _UnitCounter:
             found[miss] = base + rank[inverse.reshape(-1)]
             self.names.extend(name_of(int(miss[first[j]])) for j in order)
             self.table.insert(new, base + rank)
-        ids = found.astype(np.uint32)
+        # the smallest type that holds the ids seen so far (blocks may differ)
+        ids = found.astype(_id_dtype(len(self.names)))
         counts = np.bincount(ids, minlength=len(self.names))
         counts[: self.counts.size] += self.counts
         self.counts = counts
