@@ -116,6 +116,8 @@ def measure(impl: str, path: str, level: str, vocab_sizes: list[int]) -> dict:
         "rss_after_import_mb": base,
         "encode": [],
     }
+    if impl != "main":
+        out["corpus_id_bytes"] = int(sum(b.nbytes for b in corpus.blocks))
     if level == "bpe" and os.path.getsize(path) < 1e8:
         # (the training alone; `encode` below trains again and encodes)
         t, c = time.perf_counter(), time.process_time()
