@@ -1,28 +1,46 @@
-"""Real text: the flow on a corpus's bigram chain next to SGD on its real windows.
+"""Real text: what the flow on a corpus's bigram chain attends to, level by level.
 
-    python examples/real_text.py                       # built-in corpus
-    python examples/real_text.py --text wikitext-2-raw/wiki.train.raw --vocab-size 30
+    python examples/real_text.py                                  # built-in corpus
+    python examples/real_text.py --levels char bpe word --sizes 256 1024
+    python examples/real_text.py --text wikitext-103-raw/wiki.train.raw --levels bpe
+    python examples/real_text.py --levels word --sizes 512 --sgd   # flow and SGD
 
-1. Tokenise the corpus (default: Python's documentation topics, no download),
-   keep `vocab_size - 1` words plus `<other>`, estimate the bigram chain.
-2. Integrate the population flow on that chain, and train SGD (context 256,
-   batch 512, lr 0.2) on windows of the real text from the same start; both
-   are scored with the population loss of the bigram chain.
-3. Attention: the pi-weighted attention mass per key token,
-   mass_k = sum_i pi_i A[i, k], relative to its value pi_k at the start. The
-   token whose enrichment mass_k / pi_k first exceeds 1.1 is the one that
-   "attracts attention first"; its peak and later fall mark focus and
-   dilution.
-4. The learned embeddings (columns of W0) in PCA, with token labels.
+For every (level, vocabulary size) the corpus is encoded (`gf.text.encode`:
+word, character, or byte-level BPE trained on the corpus), and the population
+flow is integrated on its bigram chain from a small random start
+(`gf.integrate`, width 16). From the saved parameters the script computes, at
+every save time, the attention matrix `A` (`gf.attention`), the pi-weighted
+attention entropy `sum_i pi_i H(A[i])` (`gf.attention_entropy`) and the
+attention mass per key token `mass_k = sum_i pi_i A[i, k]`, and reports:
 
-Writes `<out>/real_text.json` and `docs/figures/text_*.png|pdf`.
+- **the first focus**: the first local minimum of the entropy after it has
+  fallen by at least `--min-fall` (relative) below its start; the *focus
+  token* is the token whose mass gained most by then, with its rank: its
+  position in the vocabulary, which is sorted by frequency (1 = most frequent)
+  with `<other>` last whatever its frequency (its pi is reported apart);
+- **the dilution**: the entropy's next local maximum, and how much of the
+  focus token's mass gain is given back by then;
+- **what is learnt next**: when the second singular value of `W0` reaches 10 %
+  of the first, the five tokens with the largest loadings on `W0`'s second
+  right singular vector (the new embedding direction), with their ranks;
+- the stage records of `gf.integrate` (`traj.stages`), for comparison;
+- with `--sgd`: SGD on the corpus's own windows from the same start
+  (`gf.train_sgd`, context 256, batch 512, lr 0.2), on the same time axis, and
+  the relative gap of the loss-drop crossing times (`gf.compare`).
+
+Writes `<out>/real_text.json` (settings, results, cost) and the figures
+`docs/figures/real_text_<level>_<d>.png|pdf` and `docs/figures/real_text_sgd.png`.
 """
 
+import _thread
 import argparse
 import json
+import threading
+import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import matplotlib
 
 
@@ -36,170 +54,332 @@ import gradflow as gf  # noqa: E402
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
 
 
-def attention_mass(params, chain):
-    """sum_i pi_i A[i, k] at every saved time: shape (T, d)."""
-    A = jax.vmap(lambda p: gf.attention(p, chain))(params)
-    return np.einsum("i,tik->tk", np.asarray(chain.pi), np.asarray(A))
+def stage_field(stage, name):
+    """One field of a stage record (dicts today, typed records soon)."""
+    return getattr(stage, name) if hasattr(stage, name) else stage[name]
 
 
-def attention_entropy(params, chain):
-    A = np.asarray(jax.vmap(lambda p: gf.attention(p, chain))(params))
-    H = -np.sum(A * np.log(np.maximum(A, 1e-300)), axis=-1)
-    return H @ np.asarray(chain.pi)
+def attention_curves(params, chain):
+    """Attention entropy (T,) and mass per key token (T, d) at every save."""
+    pi = jnp.asarray(chain.pi)
+
+    def one(p):
+        A = gf.attention(p, chain)
+        return gf.attention_entropy(A, pi), pi @ A
+
+    H, mass = jax.lax.map(jax.jit(one), params)
+    return np.asarray(H), np.asarray(mass)
 
 
-def first_focus(ts, enrichment, labels, threshold=1.1):
-    """The token whose enrichment first exceeds `threshold`, when, its peak."""
-    over = enrichment > threshold
-    if not over.any():
-        k = int(np.argmax(enrichment.max(axis=0)))
-        return {
-            "token": labels[k],
-            "t_first": None,
-            "peak": float(enrichment[:, k].max()),
-            "t_peak": float(ts[int(np.argmax(enrichment[:, k]))]),
+def local_extremum(x, start, kind, min_change):
+    """Index of the first local min (or max) of `x` after `start`, once `x` has
+    moved by `min_change` from `x[start]` in that direction; None if never."""
+    sign = 1 if kind == "min" else -1
+    ref = x[start]
+    moved = np.flatnonzero(sign * (ref - x[start:]) >= min_change)
+    if moved.size == 0:
+        return None
+    i = start + int(moved[0])
+    while i + 1 < x.size and sign * (x[i] - x[i + 1]) >= 0:
+        i += 1
+    return i
+
+
+def analyse(traj, chain, min_fall):
+    ts = np.asarray(traj.ts)
+    labels = list(chain.tokens)
+    H, mass = attention_curves(traj.params, chain)
+    gain = mass - mass[0]
+    out = {"H_start": float(H[0]), "H_final": float(H[-1])}
+    out["H_min"], out["t_H_min"] = float(H.min()), float(ts[int(np.argmin(H))])
+    out["H_max"], out["t_H_max"] = float(H.max()), float(ts[int(np.argmax(H))])
+    i_f = local_extremum(H, 0, "min", min_fall * H[0])
+    out["entropy_falls"] = i_f is not None
+    if i_f is None:
+        # no focus by the entropy: report the token that gains most at the end
+        k = int(np.argmax(gain[-1]))
+        out["focus"] = None
+    else:
+        k = int(np.argmax(gain[i_f]))
+        i_d = local_extremum(H, i_f, "max", min_fall * H[0] * 0.5)
+        out["focus"] = {
+            "t": float(ts[i_f]),
+            "H": float(H[i_f]),
+            "loss": float(traj.loss[i_f]),
         }
-    first_t = np.where(over.any(axis=0), np.argmax(over, axis=0), len(ts))
-    k = int(np.argmin(first_t))
-    peak_i = int(np.argmax(enrichment[:, k]))
-    return {
-        "token": labels[k],
-        "t_first": float(ts[first_t[k]]),
-        "peak": float(enrichment[peak_i, k]),
-        "t_peak": float(ts[peak_i]),
-        "final": float(enrichment[-1, k]),
-        "order": [labels[j] for j in np.argsort(first_t) if first_t[j] < len(ts)][:8],
-    }
+        if i_d is not None:
+            out["dilution"] = {
+                "t": float(ts[i_d]),
+                "H": float(H[i_d]),
+                "loss": float(traj.loss[i_d]),
+                "focus_gain_kept": float(gain[i_d, k] / gain[i_f, k]),
+            }
+        else:
+            out["dilution"] = None
+    out["entropy_rises_after_focus"] = bool(
+        out.get("dilution") and out["dilution"]["H"] > out["focus"]["H"]
+    )
+    out["focus_token"] = labels[k]
+    out["focus_rank"] = k + 1
+    out["focus_pi"] = float(chain.pi[k])
+    out["focus_mass_gain"] = float(gain[i_f if i_f is not None else -1, k])
+    out["top_gainers"] = [
+        {"token": labels[j], "rank": int(j) + 1}
+        for j in np.argsort(-gain[i_f if i_f is not None else -1])[:5]
+    ]
+    # the next embedding direction
+    s = np.linalg.svd(np.asarray(traj.params.W0), compute_uv=False)
+    ratio = s[:, 1] / s[:, 0]
+    after = i_f if i_f is not None else 0
+    nd = np.flatnonzero((ratio >= 0.1) & (np.arange(ts.size) >= after))
+    if nd.size:
+        i_n = int(nd[0])
+        _, _, vt = np.linalg.svd(np.asarray(traj.params.W0[i_n]))
+        top = np.argsort(-np.abs(vt[1]))[:5]
+        out["next"] = {
+            "t": float(ts[i_n]),
+            "tokens": [labels[j] for j in top],
+            "ranks": [int(j) + 1 for j in top],
+        }
+    else:
+        out["next"] = None
+    out["stages"] = [
+        {
+            "name": stage_field(r, "name"),
+            "cycle": int(stage_field(r, "cycle")),
+            "t_start": float(stage_field(r, "t_start")),
+            "t_end": float(stage_field(r, "t_end")),
+            "tokens": [
+                labels[int(j)] if isinstance(j, (int, np.integer)) else str(j)
+                for j in (stage_field(r, "tokens") or [])
+            ],
+        }
+        for r in traj.stages
+    ]
+    return out, H, mass
 
 
-def pca2(W0):
-    X = np.asarray(W0).T  # (d, m): one row per token
-    X = X - X.mean(axis=0)
-    _, s, vt = np.linalg.svd(X, full_matrices=False)
-    explained = s**2 / np.sum(s**2)
-    return X @ vt[:2].T, explained[:2]
-
-
-def save(fig, name):
+def figure(traj, chain, H, mass, result, name, title):
+    ts = np.asarray(traj.ts)
+    pos = ts > 0
+    labels = list(chain.tokens)
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
+    ax.plot(ts[pos], np.asarray(traj.loss)[pos], "k-")
+    ax.axhline(
+        float(chain.conditional_entropy),
+        color="0.6",
+        ls=":",
+        label="conditional entropy",
+    )
+    ax.axhline(
+        float(-np.sum(chain.pi * np.log(chain.pi))), color="C0", ls=":", label="H(pi)"
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel("t (gradient-descent time)")
+    ax.set_ylabel("population loss")
+    ax.legend(fontsize=8)
+    bx.plot(ts[pos], H[pos], "k-")
+    for key, style in (("focus", "C3"), ("dilution", "C2")):
+        if result.get(key):
+            bx.axvline(result[key]["t"], color=style, ls="--", label=key)
+    bx.set_xscale("log")
+    bx.set_xlabel("t")
+    bx.set_ylabel("pi-weighted attention entropy")
+    bx.legend(fontsize=8)
+    gain = mass - mass[0]
+    top = np.argsort(-np.abs(gain).max(axis=0))[:6]
+    for j, k in enumerate(top):
+        cx.plot(ts[pos], gain[pos, k], f"C{j}-", label=f"{labels[k]!r} (rank {k + 1})")
+    cx.set_xscale("log")
+    cx.set_xlabel("t")
+    cx.set_ylabel("attention mass gain  mass_k(t) - mass_k(0)")
+    cx.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
     FIGURES.mkdir(parents=True, exist_ok=True)
     fig.savefig(FIGURES / f"{name}.png", dpi=80)
     fig.savefig(FIGURES / f"{name}.pdf")
     plt.close(fig)
 
 
+def _ranks(items):
+    return ", ".join(f"{x['token']!r} ({x['rank']})" for x in items)
+
+
+def report(paths):
+    """The markdown table of docs/text.md from `real_text.json` files."""
+    rows = [
+        "| level | d | top tokens | <other> pi | flow reached t | H(0) | H max: t, H | first focus: t, H | "
+        "dilution: t, H | focus token (rank) | gainers at the focus (rank) | "
+        "next direction: tokens (rank) | steps | grad evals | wall s |",
+        "|" + " --- |" * 15,
+    ]
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        for r in saved["runs"]:
+            if "H_start" not in r:
+                continue
+            reached = r.get(
+                "t_reached", r.get("interrupted_at_t", saved["settings"]["t1"])
+            )
+            f, dl, nx = r.get("focus"), r.get("dilution"), r.get("next")
+            st = r["flow_stats"]
+            rows.append(
+                f"| {r['level']} | {r['vocab_size']} | "
+                f"{' '.join(repr(t) for t in r['tokens_head'][:4])} | "
+                f"{r['other_pi']:.3f} | "
+                f"{reached:.4g} | {r['H_start']:.3f} | "
+                f"{r['t_H_max']:.4g}, {r['H_max']:.3f} | "
+                + (f"{f['t']:.4g}, {f['H']:.3f} | " if f else "none | ")
+                + (f"{dl['t']:.4g}, {dl['H']:.3f} | " if dl else "none | ")
+                + f"{r['focus_token']!r} ({r['focus_rank']}) | "
+                f"{_ranks(r['top_gainers'][:3])} | "
+                + (
+                    ", ".join(
+                        f"{t!r} ({k})"
+                        for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
+                    )
+                    if nx
+                    else "none"
+                )
+                + f" | {st['num_steps']} | {st['num_grad_evals']} | {r['flow_wall_s']:.0f} |"
+            )
+    print("\n".join(rows))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
+        "--report",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the table of docs/text.md from real_text.json files and exit",
+    )
+    parser.add_argument(
         "--text", default=None, help="file or folder (default: built-in)"
     )
-    parser.add_argument("--vocab-size", type=int, default=20)
-    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--levels", nargs="+", default=["char", "bpe", "word"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[256])
+    parser.add_argument("--tail", default="other", choices=("other", "drop"))
+    parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--init-scale", type=float, default=1e-3)
-    parser.add_argument("--flow-t1", type=float, default=3000.0)
-    parser.add_argument("--sgd-t1", type=float, default=1000.0)
-    parser.add_argument("--out", default="out/text")
+    parser.add_argument("--t1", type=float, default=20_000.0)
+    parser.add_argument("--min-fall", type=float, default=0.01)
+    parser.add_argument("--sgd", action="store_true", help="also SGD on the windows")
+    parser.add_argument("--sgd-t1", type=float, default=None, help="default: --t1")
+    parser.add_argument("--max-steps", type=int, default=4_000_000)
+    parser.add_argument("--solver", default=None, help="default: gradflow's")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="wall-clock seconds per flow: a flow still running then is "
+        "interrupted (as by Ctrl-C) and analysed up to where it got",
+    )
+    parser.add_argument("--out", default="out/real_text")
     args = parser.parse_args()
+    if args.report:
+        report(args.report)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-
-    stream = gf.text.encode(args.text, args.vocab_size)
-    chain = stream.chain
-    labels = list(chain.tokens)
-    print(stream, gf.entropy_bounds(chain), flush=True)
-    p0 = gf.init_params(chain.d, args.width, args.init_scale, 0)
-    run = gf.train_sgd(stream, p0, context=256, batch_size=512, lr=0.2, t1=args.sgd_t1)
-    ts = np.concatenate([run.ts, gf.default_save_times(args.flow_t1)[1:]])
-    ts = np.unique(ts[ts <= args.flow_t1])
-    traj = gf.integrate(chain, params=p0, t1=args.flow_t1, ts=ts)
-    cmp = gf.compare(
-        traj, run, labels=("flow on the bigram chain", "SGD on real windows")
-    )
-    print(cmp.summary(), flush=True)
-
-    enr_flow = attention_mass(traj.params, chain) / np.asarray(chain.pi)
-    enr_sgd = attention_mass(run.params, chain) / np.asarray(chain.pi)
-    focus_flow = first_focus(traj.ts, enr_flow, labels)
-    focus_sgd = first_focus(run.ts, enr_sgd, labels)
-    print("flow focus", focus_flow, "\nsgd focus", focus_sgd, flush=True)
-
-    held_out = None
-    gpl = Path("/usr/share/common-licenses/GPL-3")
-    if gpl.exists():
-        held = gf.chains.from_text(gpl, vocab_size=30)
-        held_out = {
-            "path": str(gpl),
-            "first": held.tokens[0],
-            "has_other": "<other>" in held.tokens,
-            "tokens": list(held.tokens),
-        }
-        print("held-out", held_out, flush=True)
-
-    # Figure 1: losses.
-    cmp.save_figure(
-        FIGURES / "text_flow_vs_sgd",
-        title=f"{stream.source}: d = {chain.d} words, width {args.width}",
-    )
-    # Figure 2: attention enrichment of the top tokens, and attention entropy.
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
-    top = np.argsort(-enr_flow.max(axis=0))[:5]
-    pos = traj.ts > 0
-    for j, k in enumerate(top):
-        ax.plot(traj.ts[pos], enr_flow[pos, k], f"C{j}-", label=f"{labels[k]!r} (flow)")
-        ax.plot(run.ts[run.ts > 0], enr_sgd[run.ts > 0, k], f"C{j}--", lw=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("t = lr x step")
-    ax.set_ylabel("attention mass / pi_k  (dashed: SGD)")
-    ax.set_title("which tokens attract attention")
-    ax.legend(fontsize=8)
-    bx.plot(
-        traj.ts[pos], attention_entropy(traj.params, chain)[pos], "k-", label="flow"
-    )
-    bx.plot(
-        run.ts[run.ts > 0],
-        attention_entropy(run.params, chain)[run.ts > 0],
-        "C1--",
-        label="SGD",
-    )
-    bx.set_xscale("log")
-    bx.set_xlabel("t = lr x step")
-    bx.set_ylabel("pi-weighted attention entropy")
-    bx.legend()
-    save(fig, "text_attention")
-    # Figure 3: embeddings in PCA.
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), layout="constrained")
-    for ax, (name, W0) in zip(
-        axes,
-        [
-            (f"flow, t = {traj.ts[-1]:g}", traj.params.W0[-1]),
-            (f"SGD, t = {run.ts[-1]:g}", run.params.W0[-1]),
-        ],
-        strict=True,
-    ):
-        xy, ev = pca2(W0)
-        ax.scatter(xy[:, 0], xy[:, 1], s=300 * np.sqrt(np.asarray(chain.pi)), alpha=0.5)
-        for k, lab in enumerate(labels):
-            ax.annotate(lab, xy[k], fontsize=8)
-        ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}% of variance)")
-        ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}% of variance)")
-        ax.set_title(
-            f"embeddings (columns of W0), {name}; marker area ~ sqrt(pi)", fontsize=9
-        )
-    save(fig, "text_embeddings_pca")
-
-    result = {
-        "stream": repr(stream),
-        "entropy_bounds": gf.entropy_bounds(chain),
-        "tokens": labels,
-        "compare": cmp.summary(),
-        "focus_flow": focus_flow,
-        "focus_sgd": focus_sgd,
-        "held_out": held_out,
-        "sgd_stats": run.stats,
-        "flow_stats": traj.stats,
-        "flow_loss_final": float(traj.loss[-1]),
-        "sgd_loss_final": float(run.population_loss[-1]),
-    }
-    (out / "real_text.json").write_text(json.dumps(result, indent=1, default=str))
+    results = {"settings": vars(args), "gradflow_version": gf.__version__, "runs": []}
+    for level in args.levels:
+        corpus = gf.text.load(args.text, "word" if level == "word" else level)
+        for d in args.sizes:
+            record = {"level": level, "vocab_size": d}
+            distinct = len(corpus.units) if level != "bpe" else None
+            if distinct is not None and d > distinct:
+                # (characters of an English text: about a hundred) all of them
+                record["note"] = (
+                    f"the corpus has {distinct} distinct {level} tokens, fewer than "
+                    f"{d}: all {distinct} are used"
+                )
+                record["vocab_size"] = d = distinct
+            t = time.perf_counter()
+            stream = gf.text.encode(corpus, d, level=level, tail=args.tail)
+            chain = stream.chain
+            record["encode_s"] = time.perf_counter() - t
+            record["stream"] = repr(stream)
+            record["tokens_head"] = list(chain.tokens[:12])
+            record["other_pi"] = float(chain.pi[-1]) if args.tail == "other" else None
+            record["H_pi"] = float(-np.sum(chain.pi * np.log(chain.pi)))
+            record["entropy_rate"] = float(chain.conditional_entropy)
+            p0 = gf.init_params(d, args.width, args.init_scale, 0)
+            ts = gf.default_save_times(args.t1)
+            run = None
+            if args.sgd:
+                t = time.perf_counter()
+                run = gf.train_sgd(
+                    stream,
+                    p0,
+                    context=256,
+                    batch_size=512,
+                    lr=0.2,
+                    t1=args.sgd_t1 or args.t1,
+                    progress=False,
+                )
+                record["sgd_wall_s"] = time.perf_counter() - t
+                record["sgd_stats"] = {k: v for k, v in run.stats.items()}
+                ts = np.unique(np.concatenate([run.ts, ts]))
+                ts = ts[ts <= args.t1]
+            t = time.perf_counter()
+            timer = None
+            if args.budget is not None:
+                timer = threading.Timer(args.budget, _thread.interrupt_main)
+                timer.daemon = True
+                timer.start()
+            try:
+                traj = gf.integrate(
+                    chain,
+                    params=p0,
+                    t1=args.t1,
+                    ts=ts,
+                    progress=True,
+                    max_steps=args.max_steps,
+                    solver=args.solver,
+                )
+            except gf.Interrupted as e:  # the wall-clock budget ran out
+                traj = e.result
+                record["interrupted_at_t"] = float(traj.ts[-1])
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            record["flow_wall_s"] = time.perf_counter() - t
+            record["t_reached"] = float(traj.ts[-1])
+            record["flow_ok"] = bool(traj.ok)
+            record["flow_message"] = traj.message
+            record["flow_stats"] = {k: v for k, v in traj.stats.items()}
+            analysis, H, mass = analyse(traj, chain, args.min_fall)
+            record.update(analysis)
+            name = f"real_text_{level}_{d}"
+            figure(
+                traj,
+                chain,
+                H,
+                mass,
+                analysis,
+                name,
+                f"{stream.source}, {level} level, d = {chain.d}, width {args.width}: "
+                f"focus token {analysis['focus_token']!r} (rank {analysis['focus_rank']})",
+            )
+            if run is not None:
+                cmp = gf.compare(
+                    traj,
+                    run,
+                    labels=("flow on the bigram chain", "SGD on real windows"),
+                )
+                record["compare"] = cmp.summary()
+                cmp.save_figure(
+                    FIGURES / "real_text_sgd",
+                    title=f"{stream.source}, {level} level, d = {chain.d}, width {args.width}",
+                )
+            print(json.dumps(record, default=str), flush=True)
+            results["runs"].append(record)
+            (out / "real_text.json").write_text(
+                json.dumps(results, indent=1, default=str)
+            )
+    (out / "real_text.json").write_text(json.dumps(results, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def add_text_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds `--text PATH`, `--vocab-size K`, `--level` and `--smoothing`.
+    """Adds `--text PATH`, `--vocab-size K`, `--level`, `--tail` and `--smoothing`.
 
     `--text builtin` uses the built-in corpus (Python's documentation topics);
     a folder is read recursively (see `gf.text.load`).
@@ -39,9 +39,17 @@ def add_text_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--level",
-        choices=("word", "char"),
+        choices=("word", "char", "bpe"),
         default="word",
-        help="tokenise by word (default) or character",
+        help="tokenise by word (default), character, or byte-level BPE trained on "
+        "the text to --vocab-size tokens",
+    )
+    group.add_argument(
+        "--tail",
+        choices=("other", "drop"),
+        default="other",
+        help="tokens outside the vocabulary: one <other> token (default) or "
+        "removed from the stream",
     )
     group.add_argument(
         "--smoothing",
@@ -63,6 +71,7 @@ def stream_from_text_args(args: argparse.Namespace):
         args.vocab_size,
         level=args.level,
         smoothing=args.smoothing,
+        tail=getattr(args, "tail", "other"),
     )
 
 

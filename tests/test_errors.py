@@ -170,6 +170,14 @@ def make_files(folder) -> types.SimpleNamespace:
     f.small_txt.write_text("the cat sat on the mat and the dog sat on the cat")
     f.empty_dir = folder / "empty_dir"
     f.empty_dir.mkdir()
+    f.zero_txt = folder / "zero.txt"
+    f.zero_txt.write_bytes(b"")
+    f.binary_txt = folder / "image.txt"
+    f.binary_txt.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    f.no_text_dir = folder / "no_text_dir"
+    f.no_text_dir.mkdir()
+    (f.no_text_dir / "weights.npy").write_bytes(b"\x93NUMPY")
+    (f.no_text_dir / "empty.txt").write_bytes(b"")
     f.stream = gf.text.encode(f.small_txt, vocab_size=3)
     return f
 
@@ -709,7 +717,32 @@ CASES = [
         "text.load-missing",
         lambda f: gf.text.load(f.missing_txt),
         FileNotFoundError,
-        r"no such file or folder: '.*no_such_corpus\.txt'",
+        r"path: no such file or folder: '.*no_such_corpus\.txt'",
+    ),
+    Case(
+        "text.load-zero-bytes",
+        lambda f: gf.text.load(f.zero_txt),
+        ValueError,
+        r"path: the file '.*zero\.txt' is empty \(0 bytes\)",
+    ),
+    Case(
+        "text.load-binary",
+        lambda f: gf.text.load(f.binary_txt),
+        ValueError,
+        r"path: '.*image\.txt' is a binary file, not text \(a NUL byte at offset 8\)",
+    ),
+    Case(
+        "text.load-folder-without-text",
+        lambda f: gf.text.load(f.no_text_dir),
+        ValueError,
+        r"path: folder '.*no_text_dir' holds no text files \(looked for non-empty "
+        r"files ending in \.txt",
+    ),
+    Case(
+        "text.load-nul-path",
+        lambda f: gf.text.load(str(f.small_txt) + "\x00"),
+        ValueError,
+        r"path holds a NUL byte \(at character \d+\), so it is neither a path",
     ),
     Case(
         "text.load-empty-file",
@@ -721,13 +754,13 @@ CASES = [
         "text.load-not-utf8",
         lambda f: gf.text.load(f.latin1_txt),
         ValueError,
-        r"latin1\.txt' is not UTF-8 text: byte 0xe9 at offset 3",
+        r"path: '.*latin1\.txt' is not UTF-8 text: byte 0xe9 at offset 3",
     ),
     Case(
         "text.load-empty-folder",
         lambda f: gf.text.load(f.empty_dir),
         ValueError,
-        r"folder '.*empty_dir' holds no text files",
+        r"path: folder '.*empty_dir' holds no text files",
     ),
     Case(
         "text.load-empty-path",
@@ -739,13 +772,53 @@ CASES = [
         "text.load-level",
         lambda f: gf.text.load(f.small_txt, level="byte"),
         ValueError,
-        r"level must be one of \('word', 'char'\), got level = 'byte'",
+        r"level must be one of \('word', 'char', 'bpe'\), got level = 'byte'",
     ),
     Case(
         "from_text-missing",
         lambda f: gf.chains.from_text(str(f.missing_txt)),
         FileNotFoundError,
-        r"no such file or folder: '.*no_such_corpus\.txt'",
+        r"path_or_text: no such file or folder: '.*no_such_corpus\.txt'",
+    ),
+    Case(
+        "from_text-nul-text",
+        lambda f: gf.chains.from_text("the cat\x00sat on the mat"),
+        ValueError,
+        r"path_or_text holds a NUL byte \(at character 7\), so it is neither a path "
+        r"\(no path can hold one\) nor text",
+    ),
+    Case(
+        "from_text-binary-file",
+        lambda f: gf.chains.from_text(str(f.binary_txt)),
+        ValueError,
+        r"path_or_text: '.*image\.txt' is a binary file, not text",
+    ),
+    Case(
+        "from_text-zero-bytes",
+        lambda f: gf.chains.from_text(f.zero_txt),
+        ValueError,
+        r"path_or_text: the file '.*zero\.txt' is empty \(0 bytes\)",
+    ),
+    Case(
+        "from_text-not-utf8",
+        lambda f: gf.chains.from_text(str(f.latin1_txt)),
+        ValueError,
+        r"path_or_text: '.*latin1\.txt' is not UTF-8 text: byte 0xe9 at offset 3",
+    ),
+    Case(
+        "from_text-folder-without-text",
+        lambda f: gf.chains.from_text(str(f.no_text_dir)),
+        ValueError,
+        r"path_or_text: folder '.*no_text_dir' holds no text files",
+    ),
+    Case(
+        "from_text-long-one-line-text",
+        # 460 characters on one line: text (too long to be a file name), not
+        # the filesystem's OSError "File name too long".
+        lambda f: gf.chains.from_text("the cat sat " * 38 + "here", vocab_size=9),
+        ValueError,
+        r"vocab_size = 9 is larger than the 4 distinct tokens of the corpus from "
+        r"<text>",
     ),
     Case(
         "from_text-empty-text",
@@ -772,6 +845,12 @@ CASES = [
         lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, smoothing=0.0),
         ValueError,
         r"smoothing must be finite and > 0 .*got smoothing = 0\.0",
+    ),
+    Case(
+        "from_text-tail",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, tail="keep"),
+        ValueError,
+        r"tail must be one of \('other', 'drop'\), got tail = 'keep'",
     ),
     # ---------------------------------------------------------- load, load_sgd
     Case(

@@ -96,6 +96,9 @@ def test_non_utf8(tmp_path):
 def test_empty_and_too_small(tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"path: the file .* is empty \(0 bytes\)"):
+        gf.text.load(path)
+    path.write_text(" \n\n ", encoding="utf-8")
     with pytest.raises(ValueError, match="too small: 0 word tokens"):
         gf.text.load(path)
     with pytest.raises(ValueError, match="too small: 1 word tokens"):
@@ -144,3 +147,149 @@ def test_cli_text_arguments(tmp_path):
         chain_from_text_args(
             parser.parse_args(["--text", str(tmp_path / "missing.raw")])
         )
+    args = ["--text", str(path), "--vocab-size", "40", "--level", "bpe"]
+    chain = chain_from_text_args(parser.parse_args([*args, "--tail", "drop"]))
+    assert chain.d == 40 and "<other>" not in chain.tokens and " the" in chain.tokens
+
+
+def test_long_one_line_string_is_text():
+    # 460 characters: the filesystem says "File name too long"; it is text.
+    text = "the cat sat " * 38 + "here"
+    assert len(text) == 460
+    chain = gf.chains.from_text(text, vocab_size=4)
+    assert chain.tokens == ("the", "cat", "sat", "<other>")
+
+
+def test_unreadable_file_is_a_value_error(tmp_path):
+    import os
+
+    path = tmp_path / "secret.txt"
+    path.write_text("the cat sat on the mat", encoding="utf-8")
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("running as a user who can read any file")
+        with pytest.raises(ValueError, match=r"path_or_text: '.*secret\.txt' cannot"):
+            gf.chains.from_text(str(path), vocab_size=2)
+    finally:
+        path.chmod(0o644)
+
+
+# ------------------------------------------------------------------ streaming
+def _reference(text, level, vocab_size):
+    """Today's whole-text path: tokenise with `re`, count, most_common."""
+    from collections import Counter
+
+    tokens = gf.text.tokenize(text, level)
+    vocab = [t for t, _ in Counter(tokens).most_common(vocab_size - 1)]
+    index = {t: k for k, t in enumerate(vocab)}
+    ids = np.array([index.get(t, len(vocab)) for t in tokens])
+    return (*vocab, "<other>"), ids
+
+
+@pytest.mark.parametrize("level", ["word", "char"])
+@pytest.mark.parametrize("block", [13, 1000, 4 << 20])
+def test_streaming_matches_whole_text_reference(monkeypatch, tmp_path, level, block):
+    # Blocks of 13 bytes cut the text almost everywhere: the pieces must still
+    # join into exactly the tokens of the whole text (words, whitespace runs,
+    # UTF-8 sequences, the blank line that joins the files of a folder).
+    monkeypatch.setattr(gf._text, "BLOCK_BYTES", block)
+    parts = [
+        ENGLISH,
+        "Ünïcode wörds: naïve café, don't split — “quoted” ΣΟΦΊΑ σοφός\n\n\n",
+        "  tabs\tand   spaces\n" * 3,
+    ]
+    for k, part in enumerate(parts):
+        (tmp_path / f"{k}.txt").write_text(part, encoding="utf-8")
+    text = "\n\n".join(parts)
+    vocab, ids = _reference(text, level, 12)
+    stream = gf.text.encode(tmp_path, 12, level=level)
+    assert stream.chain.tokens == vocab
+    np.testing.assert_array_equal(np.asarray(stream.ids), ids)
+    assert gf.text.load(tmp_path, level).tokens == tuple(gf.text.tokenize(text, level))
+
+
+def test_builtin_streaming_matches_reference():
+    text = gf.text.builtin_text()
+    vocab, ids = _reference(text, "word", 64)
+    stream = gf.text.encode(None, 64)
+    assert stream.chain.tokens == vocab
+    np.testing.assert_array_equal(np.asarray(stream.ids), ids)
+
+
+def test_ids_use_the_smallest_integer_type():
+    assert gf.text.encode(None, 256).ids.dtype == np.uint8
+    assert gf.text.encode(None, 257).ids.dtype == np.uint16
+
+
+def test_non_utf8_offset_in_a_later_block(monkeypatch, tmp_path):
+    monkeypatch.setattr(gf._text, "BLOCK_BYTES", 64)
+    path = tmp_path / "late.txt"
+    path.write_bytes(("the cat sat " * 20).encode() + b"caf\xe9 " + b"ok " * 30)
+    with pytest.raises(ValueError, match=r"byte 0xe9 at offset 243 cannot"):
+        gf.text.load(path)
+    path.write_bytes(("the cat sat " * 20).encode() + b"\x00 tail")
+    with pytest.raises(
+        ValueError, match=r"binary file, not text \(a NUL byte at offset 240"
+    ):
+        gf.text.load(path)
+
+
+def test_tail_drop_removes_the_rest_from_the_stream():
+    text = "a b a c a b b a d"
+    stream = gf.text.encode(text, vocab_size=2, tail="drop", smoothing=0.5)
+    assert stream.chain.tokens == ("a", "b")
+    np.testing.assert_array_equal(np.asarray(stream.ids), [0, 1, 0, 0, 1, 1, 0])
+    counts = gf.text.bigram_counts(np.asarray(stream.ids), 2)
+    np.testing.assert_array_equal(counts, [[1, 2], [2, 1]])
+    # pi of a dropped-tail chain is close to the frequencies of the kept tokens
+    other = gf.text.encode(None, 20, smoothing=0.01)
+    drop = gf.text.encode(None, 20, smoothing=0.01, tail="drop")
+    assert drop.chain.tokens == other.chain.tokens[:-1] + (drop.chain.tokens[-1],)
+    freq = np.bincount(np.asarray(drop.ids), minlength=20) / len(drop)
+    np.testing.assert_allclose(np.asarray(drop.chain.pi), freq, atol=2e-3)
+    with pytest.raises(ValueError, match=r"tail must be one of \('other', 'drop'\)"):
+        gf.text.encode(text, 2, tail="keep")
+
+
+def test_cache_is_a_memory_map_reused(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(ENGLISH, encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    plain = gf.text.encode(corpus, 6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    cache = tmp_path / "ids.npy"
+    first = gf.text.encode(corpus, 6, cache=cache)
+    assert isinstance(first.ids, np.memmap) and first.ids.dtype == np.uint8
+    np.testing.assert_array_equal(np.asarray(first.ids), np.asarray(plain.ids))
+    again = gf.text.encode(corpus, 6, cache=cache)
+    assert again.chain.tokens == plain.chain.tokens
+    np.testing.assert_allclose(np.asarray(again.chain.P), np.asarray(plain.chain.P))
+    other = gf.text.encode(corpus, 7, cache=cache)  # other settings: rewritten
+    assert other.d == 7
+    with pytest.raises(ValueError, match="cache must be a file path ending in .npy"):
+        gf.text.encode(corpus, 6, cache=tmp_path / "ids.bin")
+
+
+# ------------------------------------------------------------------------ BPE
+def test_bpe_builtin_vocabulary():
+    stream = gf.text.encode(None, 300, level="bpe")
+    chain = stream.chain
+    assert chain.d == 300 and chain.tokens[-1] == "<other>"
+    assert " the" in chain.tokens and " " in chain.tokens
+    # with tail="drop" all 300 learnt tokens are kept: nothing is removed
+    drop = gf.text.encode(None, 300, level="bpe", tail="drop")
+    assert drop.d == 300 and "<other>" not in drop.chain.tokens
+    assert len(drop) == len(stream)
+    assert np.all(np.asarray(chain.P) > 0)
+
+
+def test_bpe_round_trip_small_text():
+    # The learnt tokens spell the text back exactly (byte-level: no unknowns).
+    text = ENGLISH * 3
+    corpus = gf.text.corpus_from_string(text, "bpe")
+    assert "".join(corpus.tokens) == text
+    assert gf.text.train_bpe(corpus, 50).get_vocab_size() == 50
+    stream = gf.text.encode(text, 50, level="bpe", tail="drop")
+    labels = stream.chain.tokens
+    assert "".join(labels[i] for i in np.asarray(stream.ids)) == text
