@@ -74,6 +74,12 @@ from ._theory import (  # noqa: E402
     theory_report as theory_report,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from ._sweep import sweep as sweep  # noqa: E402
+from ._sweep_result import (  # noqa: E402
+    Member as Member,
+    Sweep as Sweep,
+    load_sweep as load_sweep,
+)
 
 
 try:
