@@ -20,6 +20,7 @@ the stage detection after the solve and the reading of located events run on
 the host, member by member.
 """
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -266,36 +267,36 @@ def _tree_where(mask, new, old):
     )
 
 
-class _Batch:
-    """The compiled batched chunk: `vmap` over members inside `shard_map` over
-    the devices."""
+def _advance(spec_static, spec_dyn, args, ts, t1, active, state):
+    """One chunk for one member (`vmap`ped): inactive members (finished, out
+    of steps, padding) are returned unchanged."""
+    spec = eqx.combine(spec_dyn, spec_static)
+    # The host has read the previous chunk's events: empty the buffer.
+    ws = state.solver_state
+    if isinstance(ws, WatchState):
+        state = eqx.tree_at(lambda s: s.solver_state, state, empty_buffer(ws))
+    t_end = jnp.where(active, t1, state.t)
+    new = _loop.run_chunk(spec, args, ts, t_end, state)
+    return _tree_where(active, new, state)
 
-    def __init__(self, spec_static, devices):
-        self.mesh = Mesh(np.asarray(devices), (_AXIS,))
-        self.sharded = NamedSharding(self.mesh, PartitionSpec(_AXIS))
-        self.replicated = NamedSharding(self.mesh, PartitionSpec())
 
-        def advance(spec_dyn, args, ts, t1, active, state):
-            spec = eqx.combine(spec_dyn, spec_static)
-            # The host reads a chunk's events before the next chunk starts.
-            ws = state.solver_state
-            if isinstance(ws, WatchState):
-                state = eqx.tree_at(lambda s: s.solver_state, state, empty_buffer(ws))
-            t_end = jnp.where(active, t1, state.t)
-            new = _loop.run_chunk(spec, args, ts, t_end, state)
-            return _tree_where(active, new, state)
-
-        batched = jax.vmap(advance, in_axes=(0, 0, None, None, 0, 0))
-        m, r = PartitionSpec(_AXIS), PartitionSpec()
-        self.step = jax.jit(
-            jax.shard_map(
-                batched,
-                mesh=self.mesh,
-                in_specs=(m, m, r, r, m, m),
-                out_specs=m,
-                check_vma=False,
-            )
-        )
+@eqx.filter_jit
+def _step(spec_static, mesh, spec_dyn, args, ts, t1, active, state):
+    """The batched chunk: `vmap` over a device's members inside `shard_map`
+    over the mesh, so each device loops only while its own members need
+    steps. Static parts (solver, chunk size, mesh) are the compile key: a
+    second sweep of the same shapes reuses the compiled chunk."""
+    batched = jax.vmap(
+        functools.partial(_advance, spec_static), in_axes=(0, 0, None, None, 0, 0)
+    )
+    m, r = PartitionSpec(_AXIS), PartitionSpec()
+    return jax.shard_map(
+        batched,
+        mesh=mesh,
+        in_specs=(m, m, r, r, m, m),
+        out_specs=m,
+        check_vma=False,
+    )(spec_dyn, args, ts, t1, active, state)
 
 
 # -- the sweep -----------------------------------------------------------------
@@ -520,13 +521,15 @@ def sweep(
         resumed_from = [float(t) for t in np.asarray(host_state.t)]
     del states
 
-    batch = _Batch(spec_static, devices)
+    mesh = Mesh(np.asarray(devices), (_AXIS,))
+    sharded = NamedSharding(mesh, PartitionSpec(_AXIS))
+    replicated = NamedSharding(mesh, PartitionSpec())
     pad = np.asarray(order)
-    state = _put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), batch.sharded)
-    spec_dyn = _put(spec_dyn, batch.sharded)
-    args = _put(args, batch.sharded)
-    ts_d = _put(np.asarray(ts_j), batch.replicated)
-    t1_d = _put(np.asarray(t1_j), batch.replicated)
+    state = _put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), sharded)
+    spec_dyn = _put(spec_dyn, sharded)
+    args = _put(args, sharded)
+    ts_d = _put(np.asarray(ts_j), replicated)
+    t1_d = _put(np.asarray(t1_j), replicated)
     chain_of = [s.chain_dt for s in setups]
     main = jax.process_index() == 0
 
@@ -584,12 +587,14 @@ def sweep(
             )
             if not active.any():
                 break
-            state = batch.step(
+            state = _step(
+                spec_static,
+                mesh,
                 spec_dyn,
                 args,
                 ts_d,
                 t1_d,
-                _put(np.concatenate([active, np.zeros(n_pad, bool)]), batch.sharded),
+                _put(np.concatenate([active, np.zeros(n_pad, bool)]), sharded),
                 state,
             )
             num_chunks += 1
