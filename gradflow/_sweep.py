@@ -517,7 +517,6 @@ def sweep(
         meta, arrays = ckpt.state
         host_state = unpack_tree("state", arrays, host_state)
         records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
-        out_of_steps = np.asarray(meta["out_of_steps"], bool)
         resumed_from = [float(t) for t in np.asarray(host_state.t)]
     del states
 
@@ -561,7 +560,6 @@ def sweep(
             meta = {
                 "t_now": [float(t) for t in host_state.t[:n]],
                 "events": [[r.to_dict() for r in rs] for rs in records],
-                "out_of_steps": out_of_steps.tolist(),
             }
             trimmed = jax.tree.map(lambda x: x[:n], host_state)
             ckpt.write(meta, pack_tree("state", trimmed))
@@ -579,8 +577,10 @@ def sweep(
             result, steps, t_now = _to_host(
                 (state.result._value, state.num_steps, state.t)
             )
-            running = (result[:n] == _RUNNING) & ~out_of_steps
-            out_of_steps |= running & (steps[:n] >= first.max_steps)
+            # Out of steps: still at a chunk boundary with max_steps taken
+            # (recomputed each time: a resumed sweep may raise max_steps).
+            running = result[:n] == _RUNNING
+            out_of_steps = running & (steps[:n] >= first.max_steps)
             active = running & ~out_of_steps
             bar.update(
                 float(np.minimum(t_now[:n], t1).sum()), f"{int(active.sum())} running"

@@ -462,15 +462,28 @@ def phase_diagram(
         norm = LogNorm() if log_value and finite.size and (finite > 0).all() else None
         ax.set_facecolor("white")
         ex, ey = edges(ux.astype(float)), edges(uy.astype(float))
-        ax.fill_between(ex[[0, -1]], ey[0], ey[-1], hatch="///", color="none",
-                        edgecolor="0.75", lw=0)  # fmt: skip
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((ex[0], ey[0]), ex[-1] - ex[0], ey[-1] - ey[0],
+                               facecolor="white", edgecolor="0.7", hatch="///",
+                               lw=0, zorder=0))  # fmt: skip
         mesh = ax.pcolormesh(ex, ey, np.ma.masked_invalid(grid), cmap="viridis",
                              norm=norm, shading="flat")  # fmt: skip
         fig.colorbar(mesh, ax=ax, label=label)
         ax.set_xlabel(_axis_label(x))
         ax.set_ylabel(_axis_label(y))
-        if y in ("seed", "chain", "start"):
-            ax.set_yticks(uy)
+        if ux.size <= 12:
+            ax.set_xticks(ux, [f"{v:g}" for v in ux])
+        if uy.size <= 16:
+            ax.set_yticks(uy, [f"{v:g}" for v in uy])
+        if grid.size <= 120:  # small grids: the numbers in the cells
+            cmap, cnorm = mesh.cmap, mesh.norm
+            for (r, c), v in np.ndenumerate(grid):
+                if np.isfinite(v):
+                    light = np.mean(cmap(cnorm(v))[:3]) > 0.5
+                    ax.text(0.5 * (ex[c] + ex[c + 1]), 0.5 * (ey[r] + ey[r + 1]),
+                            f"{v:.3g}", ha="center", va="center", fontsize=7,
+                            color="k" if light else "w")  # fmt: skip
         missing = int(np.isnan(grid).sum())
         note = f" (hatched: no value, {missing} cells)" if missing else ""
         ax.set_title(title or f"{label}{note}", fontsize=10)
@@ -484,6 +497,12 @@ def phase_diagram(
             label=f"members ({int(ok.sum())} of {len(vals)})")  # fmt: skip
     means = np.array([np.nanmean(vals[xs == u]) if np.isfinite(vals[xs == u]).any()
                       else np.nan for u in ux])  # fmt: skip
+    lo_hi = np.array([[np.nanmin(vals[xs == u]), np.nanmax(vals[xs == u])]
+                      if np.isfinite(vals[xs == u]).any() else [np.nan, np.nan]
+                      for u in ux])  # fmt: skip
+    if len(vals) > ux.size:
+        ax.fill_between(ux, lo_hi[:, 0], lo_hi[:, 1], color="C0", alpha=0.12, lw=0,
+                        label="range over the other axes")  # fmt: skip
     ax.plot(ux, means, "-", color="C0", lw=1.5, label="mean over the other axes")
     if theory is not None:
         grid_x = np.geomspace(ux.min(), ux.max(), 100) if x == "init_scale" else ux
@@ -601,8 +620,8 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
             parts.append(f"seed {m.seed}" if m.seed is not None else f"start {m.start}")
             names.append(", ".join(parts))
         ax1.set_yticks(range(n), names, fontsize=6)
-    ax1.legend(fontsize=7, loc="lower left", frameon=True, framealpha=0.9)
-    ax1.set_title("stages per member", fontsize=9)
+    ax1.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.01),
+               ncol=5, frameon=False, handlelength=1.2, columnspacing=1.0)  # fmt: skip
     fig.suptitle(title or f"sweep of {n} members: loss and stages", fontsize=11)
     fig.tight_layout()
     return fig

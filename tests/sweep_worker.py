@@ -41,18 +41,38 @@ def main(argv):
     )
 
 
-def small_sweep(gf):
-    deltas = [0.0, 0.05, 0.1]
-    chains = [gf.chains.sticky(4, 0.5, 0.5, x) for x in deltas]
-    return gf.sweep(
-        chains,
-        init_scale=1e-3,
-        seeds=[0, 1],
-        width=4,
-        t1=400.0,
-        labels={"delta": deltas},
-        progress=False,
-    )
+DELTAS = (0.0, 0.1)
+SEEDS = (0, 1, 2, 3)
+D, M, T1 = 4, 4, 400.0
+# Small chunks: a few chunks per solve (the host loop, event reading and
+# checkpoints between chunks are exercised), and one compiled chunk shared by
+# every sweep of this shape in a test session.
+CHUNK_STEPS = 100
+_CACHE = {}
+
+
+def small_sweep(gf, **kwargs):
+    """The tests' sweep: 2 chains x 4 seeds of sticky(4, 0.5, 0.5, delta),
+    width 4, t1 = 400 (cached per keyword arguments within a process)."""
+    from gradflow import _loop
+
+    key = tuple(sorted(kwargs.items()))
+    if key not in _CACHE:
+        saved, _loop.CHUNK_STEPS = _loop.CHUNK_STEPS, CHUNK_STEPS
+        try:
+            _CACHE[key] = gf.sweep(
+                [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS],
+                init_scale=1e-3,
+                seeds=SEEDS,
+                width=M,
+                t1=T1,
+                labels={"delta": DELTAS},
+                progress=False,
+                **kwargs,
+            )
+        finally:
+            _loop.CHUNK_STEPS = saved
+    return _CACHE[key]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """gf.sweep: members equal their solo runs, C order, labels, failed members,
 save/load, checkpoint/resume, bad input."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,9 +11,9 @@ import gradflow as gf
 from gradflow import _loop
 
 
-D, M, T1 = 4, 4, 400.0
-DELTAS = [0.0, 0.1]
-SEEDS = [0, 1, 2, 3]
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from sweep_worker import CHUNK_STEPS, DELTAS, SEEDS, T1, D, M, small_sweep  # noqa: E402
 
 
 def chains():
@@ -19,15 +22,13 @@ def chains():
 
 @pytest.fixture(scope="module")
 def sw():
-    return gf.sweep(
-        chains(),
-        init_scale=1e-3,
-        seeds=SEEDS,
-        width=M,
-        t1=T1,
-        labels={"delta": DELTAS},
-        progress=False,
-    )
+    return small_sweep(gf)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """The chunk size of `small_sweep` (reuses its compiled chunk)."""
+    monkeypatch.setattr(_loop, "CHUNK_STEPS", CHUNK_STEPS)
 
 
 def crossing_time(ts, loss, level):
@@ -93,7 +94,7 @@ def test_table(sw):
     assert (rows.delta == DELTAS[1]).all() and (rows.seed == SEEDS[1]).all()
 
 
-def test_given_starts_and_a_failed_member(sw):
+def test_given_starts_and_a_failed_member(sw, small_chunks):
     """`params` as a batch of starting points; one of them (a huge start) fails
     and keeps its partial trajectory and message, the others are unaffected."""
     starts = [gf.init_params(D, M, 1e-3, s) for s in SEEDS]
@@ -104,7 +105,7 @@ def test_given_starts_and_a_failed_member(sw):
         *(np.stack([getattr(p, n) for p in starts]) for n in "W0 W1 WQ WK".split())
     )
     given = gf.sweep(
-        chains()[0], params=params, width=M, t1=T1, max_steps=1000, progress=False
+        chains()[0], params=params, width=M, t1=T1, max_steps=600, progress=False
     )
     assert [m.start for m in given.members] == list(range(8))
     assert [m.seed for m in given.members] == [None] * 8
@@ -135,23 +136,24 @@ def test_save_load(sw, tmp_path):
         gf.load_sweep(sw[0].save(tmp_path / "one.npz"))
 
 
-def test_checkpoint_resume(tmp_path, monkeypatch):
+def test_checkpoint_resume(sw, tmp_path, small_chunks):
     """A sweep stopped part-way (out of steps) and run again resumes from its
     checkpoint to the result of an uninterrupted sweep."""
-    monkeypatch.setattr(_loop, "CHUNK_STEPS", 100)
-    kwargs = dict(init_scale=1e-3, seeds=[0, 1], width=M, t1=T1, progress=False)
+    kwargs = dict(init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, progress=False)
+    kwargs["labels"] = {"delta": DELTAS}
     path = tmp_path / "sweep.ckpt.npz"
-    stopped = gf.sweep(chains()[1], **kwargs, max_steps=200, checkpoint=path)
+    stopped = gf.sweep(chains(), **kwargs, max_steps=200, checkpoint=path)
     assert not stopped.ok.any() and all(t.t_final < T1 for t in stopped)
-    resumed = gf.sweep(chains()[1], **kwargs, checkpoint=path)
-    whole = gf.sweep(chains()[1], **kwargs)
+    assert all("maximum number of steps" in t.message for t in stopped)
+    resumed = gf.sweep(chains(), **kwargs, checkpoint=path)
     assert resumed.stats["resumed"] and resumed.ok.all()
-    np.testing.assert_array_equal(resumed.loss, whole.loss)
-    for a, b in zip(resumed, whole, strict=True):
+    np.testing.assert_array_equal(resumed.loss, sw.loss)
+    for a, b in zip(resumed, sw, strict=True):
         assert a.events == b.events
         assert a.stats["num_steps"] == b.stats["num_steps"]
+        assert [s["name"] for s in a.stages] == [s["name"] for s in b.stages]
     with pytest.raises(ValueError, match="different call"):
-        gf.sweep(chains()[1], **dict(kwargs, seeds=[0, 2]), checkpoint=path)
+        gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), checkpoint=path)
 
 
 def _bad_params():
