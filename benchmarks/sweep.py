@@ -29,13 +29,17 @@ def members(n: int):
     return [gf.chains.sticky(D, TOP, RHO, float(x)) for x in deltas], seeds, deltas
 
 
-def best_of(fn, repeat: int) -> tuple[float, object]:
-    out, best = None, np.inf
+def best_of(fn, repeat: int) -> tuple[float, float, object]:
+    """Best wall time and the CPU time (this process, all threads) of that run:
+    on a shared machine the CPU time is the steadier measure of cost."""
+    out, best, cpu = None, np.inf, np.inf
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+        wall = time.perf_counter() - start
+        if wall < best:
+            best, cpu = wall, time.process_time() - start_cpu
+    return best, cpu, out
 
 
 def main():
@@ -53,10 +57,14 @@ def main():
                             progress=False, stages=stages)  # fmt: skip
 
     solo()  # compile
-    t_solo, traj = best_of(solo, args.repeat)
-    print(f"one member (gf.integrate): {t_solo:.2f} s, {traj.stats['num_steps']} steps")
+    t_solo, c_solo, traj = best_of(solo, args.repeat)
+    print(
+        f"one member (gf.integrate): {t_solo:.2f} s wall, {c_solo:.2f} s CPU, "
+        f"{traj.stats['num_steps']} steps",
+        flush=True,
+    )
     rows = []
-    for n in sorted(set(args.sizes) | {64}):
+    for n in sorted(set(args.sizes) | {64}, key=lambda n: (n != 64, n)):
         chains, seeds, deltas = members(n)
 
         def run(chains=chains, seeds=seeds, deltas=deltas):
@@ -67,31 +75,36 @@ def main():
         start = time.perf_counter()
         run()  # compile
         t_first = time.perf_counter() - start
-        t, sw = best_of(run, args.repeat)
+        t, c, sw = best_of(run, args.repeat)
         steps = np.asarray(sw.stats["num_steps"])
         rows.append({
             "members": len(sw), "wall_s": t, "per_member_s": t / len(sw),
+            "cpu_s": c, "cpu_per_member_s": c / len(sw), "cpu_vs_one_member": c / c_solo,
             "first_call_s": t_first, "vs_one_member": t / t_solo,
             "max_steps": int(steps.max()), "mean_steps": float(steps.mean()),
             "ok": int(sw.ok.sum()), "devices": sw.stats["num_devices"],
         })  # fmt: skip
         r = rows[-1]
         print(
-            f"{r['members']:4d} members: {t:8.2f} s = {r['vs_one_member']:6.2f} x one "
-            f"member, {r['per_member_s']:.3f} s per member (first call "
+            f"{r['members']:4d} members: {t:8.2f} s wall = {r['vs_one_member']:6.2f} x "
+            f"one member, {r['per_member_s']:.3f} s per member; CPU {c:.2f} s = "
+            f"{r['cpu_vs_one_member']:.2f} x, {r['cpu_per_member_s']:.3f} s per member "
+            f"(first call "
             f"{t_first:.1f} s; steps mean {r['mean_steps']:.0f}, max "
             f"{r['max_steps']}; {r['ok']} ok; {r['devices']} device(s))",
             flush=True,
         )
     r64 = next(r for r in rows if r["members"] == 64)
-    verdict = "meets" if r64["vs_one_member"] <= 8 else "does NOT meet"
-    print(
-        f"64 members cost {r64['vs_one_member']:.2f} x one member: {verdict} the "
-        "<= 8x criterion"
-    )
+    for key, what in (("vs_one_member", "wall"), ("cpu_vs_one_member", "CPU")):
+        verdict = "meets" if r64[key] <= 8 else "does NOT meet"
+        print(
+            f"64 members cost {r64[key]:.2f} x one member ({what} time): {verdict} "
+            "the <= 8x criterion"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"one_member_s": t_solo, "stages": stages, "rows": rows}, f,
+            json.dump({"one_member_s": t_solo, "one_member_cpu_s": c_solo,
+                       "stages": stages, "rows": rows}, f,
                       indent=1)  # fmt: skip
 
 

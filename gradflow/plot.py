@@ -594,7 +594,11 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
             t1 = traj.t_final if t1 is None or not np.isfinite(t1) else float(t1)
             if not t1 > t0:
                 continue
-            ax1.barh(i, t1 - t0, left=t0, height=0.8, lw=0,
+            # new_direction overlaps the previous cycle's stages: a thinner
+            # bar in the lower half of the row keeps both visible
+            lower = name == "new_direction"
+            ax1.barh(i + 0.2 if lower else i, t1 - t0, left=t0,
+                     height=0.4 if lower else 0.8, lw=0,
                      color=STAGE_COLORS.get(name, "#cccccc"),
                      label=name.replace("_", " ") if name not in seen else None)  # fmt: skip
             seen.add(name)
