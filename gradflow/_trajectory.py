@@ -24,6 +24,7 @@ _PARAM_NAMES = ("W0", "W1", "WQ", "WK")
 LOADERS = {
     "gradflow-trajectory": "gradflow.load",
     "gradflow-sgd": "gradflow.load_sgd",
+    "gradflow-sweep": "gradflow.load_sweep",
 }
 # Every .npz file is a zip archive: a local file header, or the end record of
 # an empty archive.

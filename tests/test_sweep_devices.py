@@ -15,7 +15,7 @@ import gradflow as gf
 
 HERE = Path(__file__).parent
 WORKER = HERE / "sweep_worker.py"
-TIMEOUT = 300  # seconds per subprocess
+TIMEOUT = 1200  # seconds per subprocess (a loaded machine compiles slowly)
 
 
 sys.path.insert(0, str(HERE))
