@@ -102,7 +102,9 @@ class Sweep(eqx.Module):
     - `loss`: shape `(members, len(ts))`, the loss at every save time
       (`nan` past where a failed member stopped);
     - `ok`: a boolean array, one per member; `messages`: what went wrong;
-    - `settings`: the call's settings; `stats`: wall time, devices, steps.
+    - `settings`: the call's settings; `stats`: wall time, devices, padding,
+      chunks and each member's steps. A member's own `sw[i].stats["wall_time"]`
+      is the whole sweep's (the members are solved together).
     """
 
     trajectories: tuple[Trajectory, ...]
