@@ -45,7 +45,9 @@ def _check(out: Path, reference, devices: int, processes: int, padding: int):
     counts = [len(t.events) for t in reference]
     np.testing.assert_array_equal(got["event_counts"], counts)
     times = np.array([e.t for t in reference for e in t.events])
-    np.testing.assert_allclose(got["event_times"], times, rtol=1e-12, atol=0)
+    # Event times are root-found (bisection) or interpolated between saves:
+    # round-off that differs with the batch per device moves them by ~1e-11.
+    np.testing.assert_allclose(got["event_times"], times, rtol=1e-9, atol=0)
 
 
 def test_four_devices_equal_one(reference, tmp_path):
