@@ -434,9 +434,9 @@ def sweep(
         point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
         try:
             setup = _prepare(
-                chains[c], scale, point, width, t1, ts,
-                0 if seed is None else seed,
-                solver, rtol, atol, max_steps, dtype,
+                chains[c], init_scale=scale, params=point, width=width, t1=t1,
+                ts=ts, seed=0 if seed is None else seed, solver=solver,
+                rtol=rtol, atol=atol, max_steps=max_steps, dtype=dtype,
             )  # fmt: skip
         except (TypeError, ValueError) as e:
             if i == 0:
@@ -506,7 +506,14 @@ def sweep(
     ts_j = jnp.asarray(first.ts, jdtype)
     t0_j, t1_j = jnp.asarray(0.0, jdtype), jnp.asarray(first.t1, jdtype)
     states = [
-        init_state(specs[i], setups[i].params0, setups[i].chain_dt, t0_j, t1_j, ts_j)
+        init_state(
+            specs[i],
+            y0=setups[i].params0,
+            args=setups[i].chain_dt,
+            t0=t0_j,
+            t1=t1_j,
+            ts=ts_j,
+        )  # fmt: skip
         for i in range(n)
     ]
     host_state = _stack(states)
@@ -629,8 +636,9 @@ def sweep(
             wall_time=wall,
         )
         traj = _trajectory(
-            setup, settings_of[i], observer, driven, records[i], save_attention
-        )
+            setup, settings=settings_of[i], observer=observer, driven=driven,
+            records=records[i], save_attention=save_attention,
+        )  # fmt: skip
         trajs.append(traj)
     loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)
     stats = {

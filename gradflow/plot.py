@@ -511,7 +511,9 @@ def phase_diagram(
                 raise ValueError(
                     f"theory='escape' is drawn against x='init_scale', got x={x!r}"
                 )
-            from ._theory import origin_rate
+            from . import theory as _theory_api
+
+            origin_rate = _theory_api.origin_rate
 
             chain_ids = sorted({m.chain for m in sw.members})
             for j, c in enumerate(chain_ids):

@@ -9,6 +9,7 @@ import pytest
 
 import gradflow as gf
 from gradflow import _loop
+from gradflow._sweep_result import stage_field
 
 
 HERE = Path(__file__).parent
@@ -58,7 +59,9 @@ def test_member_equals_solo_integrate(sw, i):
         a = crossing_time(traj.ts, traj.loss, level)
         b = crossing_time(solo.ts, solo.loss, level)
         assert abs(a - b) <= 5e-3 * b, (level, a, b)
-    assert [s["name"] for s in traj.stages] == [s["name"] for s in solo.stages]
+    assert [stage_field(s, "name") for s in traj.stages] == [
+        stage_field(s, "name") for s in solo.stages
+    ]
     assert [e.name for e in traj.events] == [e.name for e in solo.events]
     for a, b in zip(traj.events, solo.events, strict=True):
         assert abs(a.t - b.t) <= 5e-3 * b.t
@@ -90,7 +93,7 @@ def test_table(sw):
     assert len(table) == n_rows
     assert {"member", "delta", "seed", "stage", "t_start", "t_end"} <= set(table)
     rows = table[table.member == 5]
-    assert list(rows.stage) == [s["name"] for s in sw[5].stages]
+    assert list(rows.stage) == [stage_field(s, "name") for s in sw[5].stages]
     assert (rows.delta == DELTAS[1]).all() and (rows.seed == SEEDS[1]).all()
 
 
@@ -130,7 +133,9 @@ def test_save_load(sw, tmp_path):
     for a, b in zip(back, sw, strict=True):
         np.testing.assert_array_equal(a.params.W0, b.params.W0)
         assert a.events == b.events and a.settings == b.settings
-        assert [s["name"] for s in a.stages] == [s["name"] for s in b.stages]
+        assert [stage_field(s, "name") for s in a.stages] == [
+            stage_field(s, "name") for s in b.stages
+        ]
     assert back.table().equals(sw.table())
     with pytest.raises(ValueError, match="not a 'gradflow-sweep' file"):
         gf.load_sweep(sw[0].save(tmp_path / "one.npz"))
@@ -151,7 +156,9 @@ def test_checkpoint_resume(sw, tmp_path, small_chunks):
     for a, b in zip(resumed, sw, strict=True):
         assert a.events == b.events
         assert a.stats["num_steps"] == b.stats["num_steps"]
-        assert [s["name"] for s in a.stages] == [s["name"] for s in b.stages]
+        assert [stage_field(s, "name") for s in a.stages] == [
+            stage_field(s, "name") for s in b.stages
+        ]
     with pytest.raises(ValueError, match="different call"):
         gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), checkpoint=path)
 
