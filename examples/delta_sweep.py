@@ -13,14 +13,15 @@ point of the sticky chain against the escape rate the flow measures.
    one. A second continuation from delta = 0.1 back down checks for
    hysteresis (a fold would give two branches).
 2. *Measured.* For a set of delta, a full trajectory from the same random
-   start; its post-focus plateau is found and refined, and the escape rate is
+   start (all deltas in one batched `gf.sweep`); its post-focus plateau is found and refined, and the escape rate is
    the slope of log|grad L| on the rising flank (`gradflow.theory.flank_rate`).
    Each refined point is compared with the continued branch (same loss?) and
    with the trajectory (distance from the closest save, and which eigenmode of
    the refined point carries that displacement).
 3. *delta = 0.* Two starts: the random one, and the same one made exactly
    symmetric in the rare tokens (W0 columns 1..d-1 and W1 rows 1..d-1 replaced
-   by their mean), an invariant subspace of the flow at delta = 0.
+   by their mean), an invariant subspace of the flow at delta = 0 (both
+   starts in one `gf.sweep` with `params=`).
 
 Writes delta_sweep.png/.pdf and delta_sweep.json into --out.
 """
@@ -179,18 +180,34 @@ def main():
     print("Hessian fit, tracked branch (0 < delta <= 0.1):", result["hessian_fit_all"])
     print("R^2 >= 0.98 on (0, delta_max] up to delta_max =", result["linear_up_to"])
 
-    # 2. measured escape rates from full trajectories
+    # 2. measured escape rates from full trajectories: one batched gf.sweep
+    # over the measured deltas, from the same random start. Members share t1
+    # and the save times: t1 long enough for the slowest flank, saves dense
+    # (spacing ~1.1) up to t = 2000, where the short flanks of large delta lie.
+    measured_deltas = [float(x) for x in args.measured.split(",")]
+    lams = [float(np.interp(x, deltas, rate)) for x in measured_deltas]
+    t1 = float(max(min(20000.0, 1500.0 + 6.0 / max(lam, 1e-4)) for lam in lams))
+    ts = np.union1d(
+        gf.default_save_times(t1),
+        np.union1d(np.linspace(300.0, 2000.0, 1500), np.linspace(2000.0, t1, 1500)),
+    )
+    sweep_start = time.perf_counter()
+    sw = gf.sweep(
+        [gf.chains.sticky(D, TOP, RHO, x) for x in measured_deltas],
+        init_scale=SCALE, seeds=SEED, width=WIDTH, t1=t1, ts=ts, stages=False,
+        labels={"delta": measured_deltas}, progress=False,
+    )  # fmt: skip
+    result["measured_sweep"] = {
+        "members": len(sw), "t1": t1, "num_saves": int(ts.size),
+        "wall_time": time.perf_counter() - sweep_start,
+    }  # fmt: skip
+    print(
+        f"measured sweep: {len(sw)} members to t1 = {t1:.0f} in "
+        f"{result['measured_sweep']['wall_time']:.1f} s"
+    )
     measured = []
-    for delta in [float(x) for x in args.measured.split(",")]:
-        ch = gf.chains.sticky(D, TOP, RHO, delta)
-        lam = float(np.interp(delta, deltas, rate))
-        t1 = float(min(20000.0, 1500.0 + 6.0 / max(lam, 1e-4)))
-        # a dense save grid past the focus, so short flanks (large delta) get
-        # enough saves for the fit
-        ts = np.union1d(gf.default_save_times(t1), np.linspace(300.0, t1, 1500))
-        tr = gf.integrate(
-            ch, SCALE, width=WIDTH, t1=t1, ts=ts, seed=SEED, progress=False
-        )
+    for delta, lam, tr in zip(measured_deltas, lams, sw, strict=True):
+        ch = tr.chain
         c = post_focus_point(tr)
         if c is None:
             print(f"  delta = {delta}: no post-focus plateau found")
@@ -263,13 +280,10 @@ def main():
     W1 = p0.W1.at[1:, :].set(jnp.mean(p0.W1[1:, :], axis=0, keepdims=True))
     sym = gf.Params(W0, W1, p0.WQ, p0.WK)
     zero = {}
-    for name, kwargs in (
-        ("random", {"init_scale": SCALE}),
-        ("symmetric", {"params": sym}),
-    ):
-        tr = gf.integrate(
-            ch0, width=WIDTH, t1=args.t1_zero, seed=SEED, progress=False, **kwargs
-        )
+    starts = gf.Params(*(jnp.stack([getattr(p0, n), getattr(sym, n)])
+                         for n in ("W0", "W1", "WQ", "WK")))  # fmt: skip
+    sw0 = gf.sweep(ch0, params=starts, width=WIDTH, t1=args.t1_zero, progress=False)
+    for name, tr in zip(("random", "symmetric"), sw0, strict=True):
         s = np.linalg.svd(np.asarray(tr.params.W0), compute_uv=False)
         zero[name] = {
             "ts": tr.ts.tolist(),

@@ -69,6 +69,12 @@ from ._stages import (  # noqa: E402
     stage_events as stage_events,
     stages_from_params as stages_from_params,
 )
+from ._sweep import sweep as sweep  # noqa: E402
+from ._sweep_result import (  # noqa: E402
+    Member as Member,
+    Sweep as Sweep,
+    load_sweep as load_sweep,
+)
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
 from ._variants import Model as Model, VariantParams as VariantParams  # noqa: E402
 from .theory import (  # noqa: E402

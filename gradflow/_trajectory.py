@@ -24,6 +24,7 @@ FORMAT_VERSION = 1
 LOADERS = {
     "gradflow-trajectory": "gradflow.load",
     "gradflow-sgd": "gradflow.load_sgd",
+    "gradflow-sweep": "gradflow.load_sweep",
 }
 # Every .npz file is a zip archive: a local file header, or the end record of
 # an empty archive.

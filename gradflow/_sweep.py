@@ -1,0 +1,681 @@
+r"""`gradflow.sweep`: many gradient flows in one call, batched with `vmap` on a
+device and sharded over devices and hosts (SPEC section 10).
+
+Every member of a sweep is validated and prepared exactly as
+[`gradflow.integrate`][] prepares a solo call (same initial point, same
+default tolerances, same [`gradflow._loop.Spec`][]); then the members' loop
+states, chains and step-size controllers (their `rtol`/`atol` arrays) are
+stacked along a leading *member axis* and advanced together: one compiled
+`run_chunk` under `jax.vmap`, inside `shard_map` over a one-dimensional device
+mesh. Each device loops only as long as one of its own members needs steps; a
+member that has finished or failed is returned unchanged by `run_chunk`, so it
+costs only the padding of the batch (its lanes of the vectorised step are
+computed and discarded). After the solve each member's
+[`gradflow.Trajectory`][] is built by the same code as a solo call's.
+
+What is batched: the solve (all members' steps, step sizes, error control and
+event location run in one compiled loop per device). What is not: members
+share `d`, `width`, the solver, the save times `ts`, `t1` and `max_steps`;
+the stage detection after the solve and the reading of located events run on
+the host, member by member.
+"""
+
+import functools
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import _loop
+from ._chain import MarkovChain
+from ._checkpoint import (
+    Checkpointer,
+    Interrupted,
+    check_every,
+    check_path,
+    deferred_interrupt,
+    pack_tree,
+    unpack_tree,
+)
+from ._errors import is_number, show
+from ._integrate import (
+    DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_T1,
+    MAX_SAVED_ATTENTION_D,
+    _check_events,
+    _check_thresholds,
+    _event_record,
+    _prepare,
+    _settings,
+    _spec,
+    _trajectory,
+)
+from ._loop import Crossing, Driven, init_state
+from ._model import Params, _check_init_scale, _check_seed
+from ._observe import Observer
+from ._progress import host_progress
+from ._records import EventRecord
+from ._sweep_result import RESERVED_COLUMNS, Member, Sweep
+from ._watch import WatchState, empty_buffer
+
+
+CHECKPOINT_LAYOUT = "sweep-state-1"
+_AXIS = "members"
+
+
+# -- validation (nothing here touches JAX) -------------------------------------
+
+
+def _check_chains(chains) -> tuple[MarkovChain, ...]:
+    if isinstance(chains, MarkovChain):
+        return (chains,)
+    if isinstance(chains, (str, bytes)) or not isinstance(chains, Sequence):
+        raise TypeError(
+            "chains must be a gradflow.MarkovChain or a sequence of them, got "
+            f"{type(chains).__name__}"
+        )
+    chains = tuple(chains)
+    if not chains:
+        raise ValueError("chains must hold at least one chain, got an empty sequence")
+    for i, c in enumerate(chains):
+        if not isinstance(c, MarkovChain):
+            raise TypeError(
+                f"chains[{i}] must be a gradflow.MarkovChain, got {type(c).__name__}"
+            )
+        if c.d != chains[0].d:
+            raise ValueError(
+                f"the chains of a sweep must share d: chains[{i}] has d = {c.d}, "
+                f"chains[0] has d = {chains[0].d} (sweep each d separately)"
+            )
+    return chains
+
+
+def _as_list(name: str, value, check) -> tuple:
+    """A scalar or a non-empty sequence of scalars, each passed through
+    `check` (whose error is re-raised naming the entry)."""
+    if isinstance(value, (str, bytes, dict)):
+        raise TypeError(
+            f"{name} must be a number or a sequence of them, got {show(value)}"
+        )
+    if np.ndim(value) == 0 and not isinstance(value, (list, tuple, range)):
+        return (check(value),)
+    values = (
+        list(np.asarray(value).tolist()) if hasattr(value, "shape") else list(value)
+    )
+    if not values:
+        raise ValueError(f"{name} must hold at least one value, got an empty sequence")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(check(v))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{name}[{i}]: {e}") from None
+    seen = set()
+    for i, v in enumerate(out):
+        if v in seen:
+            raise ValueError(f"{name} has the value {v!r} twice (at index {i})")
+        seen.add(v)
+    return tuple(out)
+
+
+def _check_labels(labels, n_chains: int) -> dict[str, tuple]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise TypeError(
+            "labels must be a dict of name -> one value per chain, e.g. "
+            f"{{'delta': deltas}}, got {type(labels).__name__}"
+        )
+    out = {}
+    for name, values in labels.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"labels keys must be non-empty strings, got {name!r}")
+        if name in RESERVED_COLUMNS:
+            raise ValueError(
+                f"labels key {name!r} is a column of the sweep's table; choose "
+                "another name"
+            )
+        if isinstance(values, (str, bytes)) or np.ndim(values) != 1:
+            raise TypeError(
+                f"labels[{name!r}] must be a sequence of one value per chain, got "
+                f"{show(values)}"
+            )
+        values = (
+            list(np.asarray(values).tolist())
+            if hasattr(values, "shape")
+            else list(values)
+        )
+        if len(values) != n_chains:
+            raise ValueError(
+                f"labels[{name!r}] has {len(values)} values for {n_chains} chains"
+            )
+        for i, v in enumerate(values):
+            if not (is_number(v) or isinstance(v, str)):
+                raise TypeError(
+                    f"labels[{name!r}][{i}] must be a number or a string, got {show(v)}"
+                )
+        out[name] = tuple(
+            float(v) if is_number(v) and not isinstance(v, (int, np.integer)) else v
+            for v in values
+        )
+    return out
+
+
+def _check_devices(devices) -> tuple:
+    if devices is None:
+        return tuple(jax.devices())
+    if isinstance(devices, jax.Device):
+        return (devices,)
+    try:
+        devices = tuple(devices)
+    except TypeError:
+        raise TypeError(
+            f"devices must be a sequence of jax devices or None, got {show(devices)}"
+        ) from None
+    if not devices:
+        raise ValueError("devices must hold at least one device, got an empty sequence")
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, jax.Device):
+            raise TypeError(f"devices[{i}] must be a jax Device, got {show(dev)}")
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"devices lists a device twice: {show(devices)}")
+    return devices
+
+
+def _check_param_batch(params, d: int) -> int:
+    """The number of starting points in a batch of `params` (leading axis)."""
+    if not isinstance(params, Params):
+        raise TypeError(
+            "params must be a gradflow.Params with a leading member axis, got "
+            f"{type(params).__name__}"
+        )
+    shapes = {n: np.shape(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")}
+    for n, s in shapes.items():
+        if len(s) != 3:
+            raise ValueError(
+                f"params.{n} must be 3-dimensional (members, ...), got shape {s}; "
+                "give one starting point to gf.integrate, or stack starting points"
+            )
+    sizes = {s[0] for s in shapes.values()}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"params' leading (member) axes differ: {', '.join(f'{n}: {s[0]}' for n, s in shapes.items())}"
+        )
+    n = sizes.pop()
+    if n < 1:
+        raise ValueError("params holds no starting point (leading axis of length 0)")
+    if shapes["W0"][2] != d:
+        raise ValueError(
+            f"params are for d = {shapes['W0'][2]} tokens but the chains have d = {d}"
+        )
+    return n
+
+
+# -- host <-> devices ----------------------------------------------------------
+
+
+def _to_host(tree):
+    """A (possibly multi-host) sharded pytree as NumPy arrays, whole on every
+    process."""
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, tree)
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
+
+def _put(tree, sharding):
+    """Host arrays (the same on every process) as global arrays with
+    `sharding` (each process places its own shards)."""
+
+    def one(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(one, tree)
+
+
+def _agree(flags: np.ndarray) -> np.ndarray:
+    """Host decisions taken by process 0 and followed by all (checkpoint due,
+    interrupt), so every process makes the same collective calls."""
+    if jax.process_count() == 1:
+        return flags
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.broadcast_one_to_all(flags))
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+def _tree_where(mask, new, old):
+    return jax.tree.map(
+        lambda a, b: jnp.where(
+            mask.reshape(mask.shape + (1,) * (a.ndim - mask.ndim)), a, b
+        ),
+        new,
+        old,
+    )
+
+
+def _advance(spec_static, spec_dyn, args, ts, t1, active, state):
+    """One chunk for one member (`vmap`ped): inactive members (finished, out
+    of steps, padding) are returned unchanged."""
+    spec = eqx.combine(spec_dyn, spec_static)
+    # The host has read the previous chunk's events: empty the buffer.
+    ws = state.solver_state
+    if isinstance(ws, WatchState):
+        state = eqx.tree_at(lambda s: s.solver_state, state, empty_buffer(ws))
+    t_end = jnp.where(active, t1, state.t)
+    new = _loop.run_chunk(spec, args, ts, t_end, state)
+    return _tree_where(active, new, state)
+
+
+@eqx.filter_jit
+def _step(spec_static, mesh, spec_dyn, args, ts, t1, active, state):
+    """The batched chunk: `vmap` over a device's members inside `shard_map`
+    over the mesh, so each device loops only while its own members need
+    steps. Static parts (solver, chunk size, mesh) are the compile key: a
+    second sweep of the same shapes reuses the compiled chunk."""
+    batched = jax.vmap(
+        functools.partial(_advance, spec_static), in_axes=(0, 0, None, None, 0, 0)
+    )
+    m, r = PartitionSpec(_AXIS), PartitionSpec()
+    return jax.shard_map(
+        batched,
+        mesh=mesh,
+        in_specs=(m, m, r, r, m, m),
+        out_specs=m,
+        check_vma=False,
+    )(spec_dyn, args, ts, t1, active, state)
+
+
+# -- the sweep -----------------------------------------------------------------
+
+
+def sweep(
+    chains: MarkovChain | Sequence[MarkovChain],
+    *,
+    init_scale: float | Sequence[float] | None = None,
+    params: Params | None = None,
+    seeds: int | Sequence[int] = 0,
+    width: int = 16,
+    t1: float = DEFAULT_T1,
+    ts=None,
+    devices=None,
+    labels: dict[str, Sequence] | None = None,
+    solver=None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    progress: bool = True,
+    dtype: str = "float64",
+    stages: bool = True,
+    events: Sequence[Any] = (),
+    thresholds: Any = None,
+    save_attention: bool | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
+) -> Sweep:
+    r"""Integrates many gradient flows in one call (SPEC section 10).
+
+    The members are the Cartesian product of `chains`, `init_scale` and
+    `seeds` in C order: member `(c * n_init + k) * n_seeds + s` is chain `c`,
+    initial scale `k`, seed `s` (`sw.members[i]` says which). Alternatively
+    `params` gives a batch of starting points (a [`gradflow.Params`][] with a
+    leading member axis): then member `c * n_params + k` starts chain `c` from
+    point `k`. Each member is the trajectory [`gradflow.integrate`][] gives
+    alone with the same arguments (same initial point, same default
+    tolerances); `sw[i]` is that [`gradflow.Trajectory`][].
+
+    All members are solved together: one compiled solve, `vmap`ped over the
+    members (each has its own step sizes, events and failure), sharded over
+    `devices` (the member axis is padded to a multiple of the device count by
+    repeating member 0; the padding is dropped). A member that fails (out of
+    steps, non-finite) keeps its partial trajectory and message and does not
+    stop the others. Members share `d`, `width`, the solver, `t1` and the save
+    times (see `docs/sweeps.md`).
+
+    **Arguments:**
+
+    - `chains`: a [`gradflow.MarkovChain`][] or a sequence of chains of equal `d`.
+    - `init_scale`: a number or a sequence (give this or `params`).
+    - `params`: starting points with a leading member axis (instead of
+      `init_scale` and `seeds`).
+    - `seeds`: an int (one seed) or a sequence of seeds, e.g. `range(8)`.
+    - `width`, `t1`, `ts`, `solver`, `rtol`, `atol`, `max_steps`, `dtype`,
+      `stages`, `events`, `thresholds`, `save_attention`: as for
+      [`gradflow.integrate`][], for every member.
+    - `devices`: the devices to shard the members over (default: all of
+      `jax.devices()`, every host's after `jax.distributed.initialize()`).
+    - `labels`: names for the chain axis, e.g. `{"delta": deltas}` (one value
+      per chain), carried into `sw.members`, `sw.table()` and the plots.
+    - `progress`: a progress bar over members x time.
+    - `checkpoint`, `checkpoint_every`: one file for the whole sweep, written
+      every `checkpoint_every` seconds, after each chunk with events and at
+      the end; a killed sweep run again with the same call resumes from it to
+      the same result.
+
+    **Returns:** a [`gradflow.Sweep`][].
+
+    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
+    bad input, before anything is compiled; [`gradflow.Interrupted`][] on
+    Ctrl-C (its `result` is the partial sweep).
+
+    **Example:**
+
+    ```python
+    import numpy as np
+    import gradflow as gf
+    deltas = np.linspace(0, 0.1, 5)
+    sw = gf.sweep([gf.chains.sticky(6, 0.5, 0.5, x) for x in deltas],
+                  init_scale=1e-3, seeds=range(4), width=8, t1=2000,
+                  labels={"delta": deltas})
+    sw.table()
+    ```
+    """
+    start = time.perf_counter()
+    chains = _check_chains(chains)
+    d = chains[0].d
+    labels = _check_labels(labels, len(chains))
+    if params is not None:
+        if init_scale is not None:
+            raise ValueError(
+                "give exactly one of init_scale (random starts) and params (given "
+                f"starts), got init_scale={init_scale!r} and params=..."
+            )
+        if not (
+            isinstance(seeds, (int, np.integer))
+            and not isinstance(seeds, bool)
+            and seeds == 0
+        ):
+            raise ValueError(
+                f"seeds has no effect with given params; leave it at 0, got seeds = {show(seeds)}"
+            )
+        n_params = _check_param_batch(params, d)
+        axes = [(c, None, None, k) for c in range(len(chains)) for k in range(n_params)]
+    else:
+        if init_scale is None:
+            raise ValueError(
+                "give exactly one of init_scale (random starts) and params (given "
+                "starts), got init_scale=None and params=None"
+            )
+        scales = _as_list("init_scale", init_scale, _check_init_scale)
+        seed_list = _as_list("seeds", seeds, _check_seed)
+        axes = [
+            (c, k, s, None)
+            for c in range(len(chains))
+            for k in scales
+            for s in seed_list
+        ]
+    devices = _check_devices(devices)
+    events = _check_events(events)
+    thresholds = _check_thresholds(thresholds)
+    checkpoint = check_path(checkpoint)
+    checkpoint_every = check_every(checkpoint_every)
+    if save_attention is None:
+        save_attention = d <= MAX_SAVED_ATTENTION_D
+    save_attention = bool(save_attention)
+    observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
+
+    # Every member prepared as a solo integrate call prepares it (the shared
+    # arguments are checked by the first one, before any member is drawn).
+    setups, members = [], []
+    for i, (c, scale, seed, k) in enumerate(axes):
+        point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
+        try:
+            setup = _prepare(
+                chains[c], init_scale=scale, params=point, width=width, t1=t1,
+                ts=ts, seed=0 if seed is None else seed, solver=solver,
+                rtol=rtol, atol=atol, max_steps=max_steps, dtype=dtype,
+            )  # fmt: skip
+        except (TypeError, ValueError) as e:
+            if i == 0:
+                raise
+            raise type(e)(f"member {i}: {e}") from None
+        setups.append(setup)
+        members.append(
+            Member(
+                index=i,
+                chain=c,
+                init_scale=scale,
+                seed=seed,
+                start=k,
+                labels={name: v[c] for name, v in labels.items()},
+            )
+        )
+    first = setups[0]
+    settings_of = [_settings(s, observer, save_attention) for s in setups]
+    sweep_settings = {
+        **{
+            k: v
+            for k, v in settings_of[0].items()
+            if k not in ("init_scale", "seed", "rtol", "atol")
+        },
+        "num_members": len(setups),
+        "num_chains": len(chains),
+        "init_scale": [m.init_scale for m in members] if params is None else None,
+        "seeds": sorted({m.seed for m in members}) if params is None else None,
+        "rtol": [s.rtol for s in setups],
+        "atol": [s.atol for s in setups],
+        "labels": {k: list(v) for k, v in labels.items()},
+    }
+    ckpt = None
+    if checkpoint is not None:
+        inputs = {
+            "P": np.stack([np.asarray(c.P) for c in chains]),
+            "pi": np.stack([np.asarray(c.pi) for c in chains]),
+            "ts": first.ts,
+            **pack_tree("params0", _stack([s.params0 for s in setups])),
+        }
+        ckpt = Checkpointer(
+            checkpoint,
+            "sweep",
+            dict(sweep_settings, layout=CHECKPOINT_LAYOUT),
+            inputs,
+            checkpoint_every,
+        )
+
+    # The batch: specs (rtol/atol arrays per member), chains and initial
+    # states stacked along the member axis, padded to the device count.
+    n = len(setups)
+    n_pad = -n % len(devices)
+    order = list(range(n)) + [0] * n_pad
+    specs = [_spec(s, observer) for s in setups]
+    spec_dyn0, spec_static = eqx.partition(specs[0], eqx.is_array)
+    spec_dyn = _stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
+    ref = MarkovChain(np.asarray(chains[0].P), pi=np.asarray(chains[0].pi))
+    chain_def = jax.tree.structure(ref)
+    args = jax.tree.unflatten(
+        chain_def,
+        [
+            np.stack([np.asarray(leaf) for leaf in group])
+            for group in zip(*(jax.tree.leaves(setups[i].chain_dt) for i in order))
+        ],
+    )
+    jdtype = first.dtype
+    ts_j = jnp.asarray(first.ts, jdtype)
+    t0_j, t1_j = jnp.asarray(0.0, jdtype), jnp.asarray(first.t1, jdtype)
+    states = [
+        init_state(
+            specs[i],
+            y0=setups[i].params0,
+            args=setups[i].chain_dt,
+            t0=t0_j,
+            t1=t1_j,
+            ts=ts_j,
+        )  # fmt: skip
+        for i in range(n)
+    ]
+    host_state = _stack(states)
+    records: list[list[EventRecord]] = [[] for _ in range(n)]
+    out_of_steps = np.zeros(n, bool)
+    resumed_from = None
+    if ckpt is not None and ckpt.state is not None:
+        meta, arrays = ckpt.state
+        host_state = unpack_tree("state", arrays, host_state)
+        records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
+        resumed_from = [float(t) for t in np.asarray(host_state.t)]
+    del states
+
+    mesh = Mesh(np.asarray(devices), (_AXIS,))
+    sharded = NamedSharding(mesh, PartitionSpec(_AXIS))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    pad = np.asarray(order)
+    state = _put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), sharded)
+    spec_dyn = _put(spec_dyn, sharded)
+    args = _put(args, sharded)
+    ts_d = _put(np.asarray(ts_j), replicated)
+    t1_d = _put(np.asarray(t1_j), replicated)
+    chain_of = [s.chain_dt for s in setups]
+    main = jax.process_index() == 0
+
+    def watch(state) -> np.ndarray:
+        """Reads the chunk's located events (host side); returns whether any."""
+        ws = state.solver_state
+        if not isinstance(ws, WatchState):
+            return np.zeros(n, bool)
+        count, lost = _to_host((ws.count, ws.lost))
+        count, lost = count[:n], lost[:n]
+        if (lost > 0).any():
+            i = int(np.flatnonzero(lost > 0)[0])
+            raise RuntimeError(
+                f"member {i}: more than {ws.t.shape[-1]} events fired within one "
+                "chunk of steps; a condition is chattering around its threshold"
+            )
+        if not count.any():
+            return count > 0
+        t_buf, i_buf, y_buf = _to_host((ws.t, ws.index, ws.y))
+        for i in np.flatnonzero(count):
+            for j in range(int(count[i])):
+                y = jax.tree.map(lambda x, i=i, j=j: x[i, j], y_buf)
+                crossing = Crossing(float(t_buf[i, j]), int(i_buf[i, j]), y)
+                records[i].append(_event_record(observer, crossing, chain_of[i]))
+        return count > 0
+
+    def write(host_state):
+        if main:
+            meta = {
+                "t_now": [float(t) for t in host_state.t[:n]],
+                "events": [[r.to_dict() for r in rs] for rs in records],
+            }
+            trimmed = jax.tree.map(lambda x: x[:n], host_state)
+            ckpt.write(meta, pack_tree("state", trimmed))
+
+    interrupted = False
+    num_chunks = 0
+    t1 = first.t1
+    with (
+        deferred_interrupt() as interrupt,
+        host_progress(
+            n * t1, enabled=bool(progress) and main, description=f"sweep of {n}"
+        ) as bar,
+    ):
+        while True:
+            result, steps, t_now = _to_host(
+                (state.result._value, state.num_steps, state.t)
+            )
+            # Out of steps: still at a chunk boundary with max_steps taken
+            # (recomputed each time: a resumed sweep may raise max_steps).
+            running = result[:n] == _RUNNING
+            out_of_steps = running & (steps[:n] >= first.max_steps)
+            active = running & ~out_of_steps
+            bar.update(
+                float(np.minimum(t_now[:n], t1).sum()), f"{int(active.sum())} running"
+            )
+            if not active.any():
+                break
+            state = _step(
+                spec_static,
+                mesh,
+                spec_dyn,
+                args,
+                ts_d,
+                t1_d,
+                _put(np.concatenate([active, np.zeros(n_pad, bool)]), sharded),
+                state,
+            )
+            num_chunks += 1
+            fired = watch(state)
+            flags = _agree(
+                np.array(
+                    [
+                        interrupt.requested,
+                        ckpt is not None and (fired.any() or ckpt.due()),
+                    ]
+                )
+            )
+            if flags[0]:
+                interrupted = True
+                break
+            if flags[1]:
+                write(_to_host(state))
+        host_state = jax.tree.map(lambda x: x[:n], _to_host(state))
+        if ckpt is not None:
+            write(host_state)
+
+    trajs = []
+    wall = time.perf_counter() - start
+    for i, setup in enumerate(setups):
+        member_state = jax.tree.map(lambda x, i=i: jnp.asarray(x[i]), host_state)
+        driven = Driven(
+            state=member_state,
+            crossings=[],
+            interrupted=interrupted,
+            out_of_steps=bool(out_of_steps[i]),
+            resumed_from=None if resumed_from is None else resumed_from[i],
+            wall_time=wall,
+        )
+        traj = _trajectory(
+            setup, settings=settings_of[i], observer=observer, driven=driven,
+            records=records[i], save_attention=save_attention,
+        )  # fmt: skip
+        trajs.append(traj)
+    loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)
+    stats = {
+        "num_members": n,
+        "num_devices": len(devices),
+        "num_processes": jax.process_count(),
+        "padding": n_pad,
+        "num_chunks": num_chunks,
+        "num_steps": [int(x) for x in host_state.num_steps],
+        "resumed": resumed_from is not None,
+        "wall_time": time.perf_counter() - start,
+    }
+    result = Sweep(
+        trajectories=tuple(trajs),
+        members=tuple(members),
+        chains=chains,
+        labels=labels,
+        ts=np.asarray(first.ts),
+        loss=np.asarray(loss),
+        settings=sweep_settings,
+        stats=stats,
+    )
+    if interrupted:
+        where = (
+            f"; the checkpoint '{ckpt.path}' holds the state: run the same call "
+            "again to resume"
+            if ckpt is not None
+            else "; pass checkpoint=PATH to be able to resume"
+        )
+        raise Interrupted(
+            "sweep interrupted" + where,
+            result=result,
+            checkpoint=None if ckpt is None else ckpt.path,
+        )
+    return result
+
+
+_RUNNING = int(np.asarray(dfx.RESULTS.max_steps_reached._value))
+
+__all__ = ["sweep"]

@@ -1,0 +1,79 @@
+"""Runs one small sweep and writes its results to a file (used by
+tests/test_sweep_devices.py in subprocesses: several CPU devices, or one of
+several processes joined by jax.distributed).
+
+    python tests/sweep_worker.py OUT.npz [PROCESS_ID NUM_PROCESSES PORT]
+"""
+
+import sys
+
+
+def main(argv):
+    out = argv[0]
+    if len(argv) > 1:
+        import jax
+
+        process_id, num_processes, port = (int(a) for a in argv[1:4])
+        jax.distributed.initialize(
+            coordinator_address=f"127.0.0.1:{port}",
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=60,
+        )
+    import numpy as np
+
+    import gradflow as gf
+
+    sw = small_sweep(gf)
+    times = [[e.t for e in traj.events] for traj in sw]
+    flat = np.array([t for ts in times for t in ts])
+    counts = np.array([len(ts) for ts in times])
+    np.savez(
+        out,
+        loss=sw.loss,
+        final=np.array([traj.loss[-1] for traj in sw]),
+        steps=np.array(sw.stats["num_steps"]),
+        event_times=flat,
+        event_counts=counts,
+        devices=sw.stats["num_devices"],
+        processes=sw.stats["num_processes"],
+        padding=sw.stats["padding"],
+    )
+
+
+DELTAS = (0.0, 0.1)
+SEEDS = (0, 1, 2, 3)
+D, M, T1 = 4, 4, 400.0
+# Small chunks: a few chunks per solve (the host loop, event reading and
+# checkpoints between chunks are exercised), and one compiled chunk shared by
+# every sweep of this shape in a test session.
+CHUNK_STEPS = 100
+_CACHE = {}
+
+
+def small_sweep(gf, **kwargs):
+    """The tests' sweep: 2 chains x 4 seeds of sticky(4, 0.5, 0.5, delta),
+    width 4, t1 = 400 (cached per keyword arguments within a process)."""
+    from gradflow import _loop
+
+    key = tuple(sorted(kwargs.items()))
+    if key not in _CACHE:
+        saved, _loop.CHUNK_STEPS = _loop.CHUNK_STEPS, CHUNK_STEPS
+        try:
+            _CACHE[key] = gf.sweep(
+                [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS],
+                init_scale=1e-3,
+                seeds=SEEDS,
+                width=M,
+                t1=T1,
+                labels={"delta": DELTAS},
+                progress=False,
+                **kwargs,
+            )
+        finally:
+            _loop.CHUNK_STEPS = saved
+    return _CACHE[key]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

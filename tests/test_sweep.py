@@ -1,0 +1,205 @@
+"""gf.sweep: members equal their solo runs, C order, labels, failed members,
+save/load, checkpoint/resume, bad input."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradflow as gf
+from gradflow import _loop
+from gradflow._sweep_result import stage_field
+
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from sweep_worker import CHUNK_STEPS, DELTAS, SEEDS, T1, D, M, small_sweep  # noqa: E402
+
+
+def chains():
+    return [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS]
+
+
+@pytest.fixture(scope="module")
+def sw():
+    return small_sweep(gf)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """The chunk size of `small_sweep` (reuses its compiled chunk)."""
+    monkeypatch.setattr(_loop, "CHUNK_STEPS", CHUNK_STEPS)
+
+
+def crossing_time(ts, loss, level):
+    """The first time the saved loss falls through `level` (linear between saves)."""
+    i = int(np.flatnonzero(loss < level)[0])
+    f = (loss[i - 1] - level) / (loss[i - 1] - loss[i])
+    return ts[i - 1] + f * (ts[i] - ts[i - 1])
+
+
+@pytest.mark.parametrize("i", [1, 6])
+def test_member_equals_solo_integrate(sw, i):
+    member = sw.members[i]
+    solo = gf.integrate(
+        chains()[member.chain],
+        member.init_scale,
+        seed=member.seed,
+        width=M,
+        t1=T1,
+        progress=False,
+    )
+    traj = sw[i]
+    assert traj.ok and solo.ok
+    assert abs(traj.loss[-1] - solo.loss[-1]) <= 1e-6
+    # the loss drops: through the unigram level and half-way to the final loss
+    unigram = float(solo.chain.unigram_entropy)
+    for level in (np.log(D) - 0.01, unigram - 0.01, 0.5 * (unigram + solo.loss[-1])):
+        a = crossing_time(traj.ts, traj.loss, level)
+        b = crossing_time(solo.ts, solo.loss, level)
+        assert abs(a - b) <= 5e-3 * b, (level, a, b)
+    assert [stage_field(s, "name") for s in traj.stages] == [
+        stage_field(s, "name") for s in solo.stages
+    ]
+    assert [e.name for e in traj.events] == [e.name for e in solo.events]
+    for a, b in zip(traj.events, solo.events, strict=True):
+        assert abs(a.t - b.t) <= 5e-3 * b.t
+    assert traj.settings == solo.settings
+    assert traj.stats["num_steps"] == solo.stats["num_steps"]
+
+
+def test_members_in_c_order_with_labels(sw):
+    assert len(sw) == len(DELTAS) * len(SEEDS)
+    for c in range(len(DELTAS)):
+        for s, seed in enumerate(SEEDS):
+            i = c * len(SEEDS) + s
+            m = sw.members[i]
+            assert (m.index, m.chain, m.seed, m.init_scale) == (i, c, seed, 1e-3)
+            assert m.labels == {"delta": DELTAS[c]}
+            assert sw[i].settings["seed"] == seed
+            assert np.allclose(np.asarray(sw[i].chain.P), np.asarray(chains()[c].P))
+    assert sw.ok.all() and sw.ok.shape == (len(sw),)
+    assert sw.loss.shape == (len(sw), sw.ts.size)
+    for i, traj in enumerate(sw):
+        np.testing.assert_array_equal(sw.loss[i], traj.loss)
+    # different seeds are different trajectories
+    assert not np.allclose(sw.loss[0], sw.loss[1])
+
+
+def test_table(sw):
+    table = sw.table()
+    n_rows = sum(max(1, len(t.stages)) for t in sw)
+    assert len(table) == n_rows
+    assert {"member", "delta", "seed", "stage", "t_start", "t_end"} <= set(table)
+    rows = table[table.member == 5]
+    assert list(rows.stage) == [stage_field(s, "name") for s in sw[5].stages]
+    assert (rows.delta == DELTAS[1]).all() and (rows.seed == SEEDS[1]).all()
+
+
+def test_given_starts_and_a_failed_member(sw, small_chunks):
+    """`params` as a batch of starting points; one of them (a huge start) fails
+    and keeps its partial trajectory and message, the others are unaffected."""
+    starts = [gf.init_params(D, M, 1e-3, s) for s in SEEDS]
+    starts += [gf.init_params(D, M, 1e-3, s) for s in (4, 5)]
+    starts += [gf.init_params(D, M, 30.0, 0)]
+    starts += [gf.init_params(D, M, 1e-3, 6)]
+    params = gf.Params(
+        *(np.stack([getattr(p, n) for p in starts]) for n in "W0 W1 WQ WK".split())
+    )
+    given = gf.sweep(
+        chains()[0], params=params, width=M, t1=T1, max_steps=600, progress=False
+    )
+    assert [m.start for m in given.members] == list(range(8))
+    assert [m.seed for m in given.members] == [None] * 8
+    bad = given[6]
+    assert not bad.ok and bad.message
+    assert 0 < len(bad) and bad.t_final < T1
+    assert np.isfinite(bad.loss).all()
+    assert np.isnan(given.loss[6, -1])
+    others = [i for i in range(8) if i != 6]
+    assert given.ok[others].all()
+    for i in range(len(SEEDS)):  # the same starts as the random sweep's chain 0
+        np.testing.assert_allclose(given[i].loss, sw[i].loss, rtol=1e-10, atol=0)
+
+
+def test_save_load(sw, tmp_path):
+    path = sw.save(tmp_path / "sweep.npz")
+    back = gf.load_sweep(path)
+    assert len(back) == len(sw) and back.members == sw.members
+    assert back.labels == {"delta": tuple(DELTAS)}
+    np.testing.assert_array_equal(back.loss, sw.loss)
+    np.testing.assert_array_equal(back.ts, sw.ts)
+    for a, b in zip(back, sw, strict=True):
+        np.testing.assert_array_equal(a.params.W0, b.params.W0)
+        assert a.events == b.events and a.settings == b.settings
+        assert [stage_field(s, "name") for s in a.stages] == [
+            stage_field(s, "name") for s in b.stages
+        ]
+    assert back.table().equals(sw.table())
+    with pytest.raises(ValueError, match="not a 'gradflow-sweep' file"):
+        gf.load_sweep(sw[0].save(tmp_path / "one.npz"))
+
+
+def test_checkpoint_resume(sw, tmp_path, small_chunks):
+    """A sweep stopped part-way (out of steps) and run again resumes from its
+    checkpoint to the result of an uninterrupted sweep."""
+    kwargs = dict(init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, progress=False)
+    kwargs["labels"] = {"delta": DELTAS}
+    path = tmp_path / "sweep.ckpt.npz"
+    stopped = gf.sweep(chains(), **kwargs, max_steps=200, checkpoint=path)
+    assert not stopped.ok.any() and all(t.t_final < T1 for t in stopped)
+    assert all("maximum number of steps" in t.message for t in stopped)
+    resumed = gf.sweep(chains(), **kwargs, checkpoint=path)
+    assert resumed.stats["resumed"] and resumed.ok.all()
+    np.testing.assert_array_equal(resumed.loss, sw.loss)
+    for a, b in zip(resumed, sw, strict=True):
+        assert a.events == b.events
+        assert a.stats["num_steps"] == b.stats["num_steps"]
+        assert [stage_field(s, "name") for s in a.stages] == [
+            stage_field(s, "name") for s in b.stages
+        ]
+    with pytest.raises(ValueError, match="different call"):
+        gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), checkpoint=path)
+
+
+def _bad_params():
+    p = gf.init_params(D, M, 1e-3, 0)
+    return p  # one point, no member axis
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(chains=[]), ValueError, "at least one chain"),
+        (dict(chains="sticky"), TypeError, "chains must be"),
+        (dict(chains=[1.0]), TypeError, r"chains\[0\] must be"),
+        (
+            dict(chains=[gf.chains.sticky(4), gf.chains.sticky(5)]),
+            ValueError,
+            r"chains\[1\] has d = 5, chains\[0\] has d = 4",
+        ),
+        (dict(labels={"delta": [0.0]}), ValueError, "has 1 values for 2 chains"),
+        (dict(labels={"seed": [0, 1]}), ValueError, "'seed' is a column"),
+        (dict(labels=[0, 1]), TypeError, "labels must be a dict"),
+        (dict(init_scale=[1e-3, -1.0]), ValueError, r"init_scale\[1\]: .*> 0"),
+        (dict(init_scale=[1e-3, 1e-3]), ValueError, "init_scale has the value"),
+        (dict(init_scale=None), ValueError, "exactly one of init_scale"),
+        (dict(seeds=True), TypeError, "seed must be an integer"),
+        (dict(seeds=[0, 1.5]), TypeError, r"seeds\[1\]"),
+        (dict(seeds=[]), ValueError, "seeds must hold at least one"),
+        (dict(params=_bad_params, init_scale=None), ValueError, "3-dimensional"),
+        (dict(devices=["cpu"]), TypeError, r"devices\[0\] must be a jax Device"),
+        (dict(width=0), ValueError, "width must be >= 1"),
+        (dict(t1=-1.0), ValueError, "t1 must be finite and > 0"),
+        (dict(solver="nope"), ValueError, "unknown solver"),
+    ],
+)
+def test_bad_input(kwargs, error, match):
+    call = dict(chains=chains(), init_scale=1e-3, width=M, t1=T1, progress=False)
+    call.update(kwargs)
+    if callable(call.get("params")):
+        call["params"] = call["params"]()
+    chains_ = call.pop("chains")
+    with pytest.raises(error, match=match):
+        gf.sweep(chains_, **call)
