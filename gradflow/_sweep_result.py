@@ -13,8 +13,9 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._model import Params
+from ._model import param_arrays, params_from_arrays
 from ._records import EventRecord
+from ._stage_types import Stage
 from ._trajectory import (
     Trajectory,
     _json_default,
@@ -27,7 +28,6 @@ from ._trajectory import (
 
 FORMAT_NAME = "gradflow-sweep"
 FORMAT_VERSION = 1
-_PARAM_NAMES = ("W0", "W1", "WQ", "WK")
 # Columns of `Sweep.table()` that labels may not take.
 RESERVED_COLUMNS = (
     "member",
@@ -193,8 +193,8 @@ class Sweep(eqx.Module):
             arrays[p + "ts"] = np.asarray(traj.ts)
             arrays[p + "loss"] = np.asarray(traj.loss)
             arrays[p + "grad_norm"] = np.asarray(traj.grad_norm)
-            for n in _PARAM_NAMES:
-                arrays[p + "params_" + n] = np.asarray(getattr(traj.params, n))
+            for n, v in param_arrays(traj.params).items():
+                arrays[p + "params_" + n] = np.asarray(v)
             for k, v in traj.extras.items():
                 arrays[p + "extra_" + k] = np.asarray(v)
             trajs.append(
@@ -225,9 +225,7 @@ class Sweep(eqx.Module):
 
 
 def _stages_from_file(records: list) -> tuple:
-    # Stages read back as they were written (dicts); where stages become typed
-    # records, this is the one line that rebuilds them.
-    return tuple(records)
+    return tuple(Stage.from_dict(r) for r in records)
 
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
@@ -263,7 +261,9 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                     ts=arrays[p + "ts"],
                     loss=arrays[p + "loss"],
                     grad_norm=arrays[p + "grad_norm"],
-                    params=Params(*(arrays[p + "params_" + n] for n in _PARAM_NAMES)),
+                    params=params_from_arrays(
+                        arrays, t["settings"].get("model"), p + "params_"
+                    ),
                     chain=chains[member.chain],
                     settings=t["settings"],
                     stats=t["stats"],
