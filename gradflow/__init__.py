@@ -75,6 +75,57 @@ from ._theory import (  # noqa: E402
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
 
 
+# The public names: what the API reference documents (docs/_hooks.py reads this
+# list) and what `from gradflow import *` gives.
+__all__ = [
+    "attention",
+    "attention_entropy",
+    "chains",
+    "compare",
+    "Comparison",
+    "critical_points",
+    "CriticalPoint",
+    "default_save_times",
+    "DEFAULT_SOLVER",
+    "default_tolerances",
+    "detect_stages",
+    "diagnostic_rates",
+    "diagnostics",
+    "entropy_bounds",
+    "Event",
+    "finite_context_logits",
+    "finite_context_loss",
+    "GradientFlow",
+    "init_params",
+    "integrate",
+    "integrate_stages",
+    "Interrupted",
+    "Linearization",
+    "linearize",
+    "load",
+    "load_sgd",
+    "MarkovChain",
+    "monitor",
+    "Params",
+    "population_logits",
+    "population_loss",
+    "SegmentedSolution",
+    "SGDRun",
+    "solve_with_events",
+    "SOLVERS",
+    "solvers",
+    "StageDetector",
+    "stages_from_params",
+    "StageThresholds",
+    "stationary_distribution",
+    "text",
+    "theory",
+    "theory_report",
+    "train_sgd",
+    "Trajectory",
+]
+
+
 try:
     __version__ = importlib.metadata.version("gradflow")
 except importlib.metadata.PackageNotFoundError:  # running from a source tree

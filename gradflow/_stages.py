@@ -24,7 +24,7 @@ to the first saddle entry; `focus` from `focus_start` to `focus_end`;
 different kinds may overlap (a new direction often opens while attention
 refocuses).
 
-The same state machine, [`StageDetector`][], is driven either by the events
+The same state machine, [`StageDetector`][gradflow.StageDetector], is driven either by the events
 located during the solve ([`gradflow.integrate_stages`][]) or by sampled curves
 ([`gradflow.detect_stages`][]).
 """
@@ -167,7 +167,7 @@ def condition_values(
 class StageDetector:
     """The state machine that turns events into stages.
 
-    Drive it with [`StageDetector.fire`][] (an event name, its time and the
+    Drive it with [`StageDetector.fire`][gradflow.StageDetector.fire] (an event name, its time and the
     monitored values there) and read `stages`, `events` and `active()` (which
     built-in conditions are switched on now). `focus_token` and
     `direction_index` are the data the conditions need.
@@ -226,7 +226,7 @@ class StageDetector:
         return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores a state from [`StageDetector.state_dict`][]."""
+        """Restores a state from [`StageDetector.state_dict`][gradflow.StageDetector.state_dict]."""
         missing = [k for k in self._STATE if k not in state]
         if missing:
             raise ValueError(f"stage detector state lacks {missing}")
@@ -423,7 +423,7 @@ def detect_stages(
 ) -> tuple[list[dict], list[dict]]:
     r"""Stages of sampled curves: the event machine run on piecewise-linear data.
 
-    Runs the same [`StageDetector`][] as [`gradflow.integrate_stages`][], with
+    Runs the same [`StageDetector`][gradflow.StageDetector] as [`gradflow.integrate_stages`][], with
     each event time found by linear interpolation between samples instead of a
     root find on the solver's interpolant. Useful on saved trajectories and on
     synthetic curves.
