@@ -150,7 +150,12 @@ def api_pages(module) -> list[tuple[str, str, str]]:
     ]
     for stem, title, intro, names in pages:
         body = [f"# {title}", "", intro, ""]
-        index += [f"## [{title}]({stem}.md)", "", "| name | what it is |", "| --- | --- |"]
+        index += [
+            f"## [{title}]({stem}.md)",
+            "",
+            "| name | what it is |",
+            "| --- | --- |",
+        ]
         for name in names:
             obj = getattr(module, name)
             body.append(_entry(f"gradflow.{name}", obj))

@@ -81,8 +81,7 @@ def execute(output: Path = OUTPUT, limit: float = DEFAULT_LIMIT) -> float:
                 client.execute_cell(cell, index)
             except CellTimeoutError as e:
                 raise RuntimeError(
-                    f"{SOURCE.name}: cell {index} ran past the limit of "
-                    f"{limit:.0f} s"
+                    f"{SOURCE.name}: cell {index} ran past the limit of {limit:.0f} s"
                 ) from e
             except CellExecutionError as e:
                 raise RuntimeError(f"{SOURCE.name}: cell {index} failed:\n{e}") from e

@@ -26,15 +26,16 @@ ROOT = DOCS.parent
 API_NAV_TITLE = "API reference"
 NOTEBOOK_URI = "notebooks/tutorial.ipynb"
 
-# MathJax 2 files needed for TeX input and CommonHTML output (about 1.5 MB of
-# the package's 12 MB).
+# The MathJax 2 files that TeX input, HTML-CSS output and the STIX-Web fonts
+# need (about 10 MB of the package's 12 MB: all but other languages and SVG).
 MATHJAX_PARTS = [
     "MathJax.js",
+    "config",
     "extensions",
-    "jax/input/TeX",
-    "jax/output/CommonHTML",
+    "jax/input",
     "jax/element",
-    "fonts/HTML-CSS/TeX/woff",
+    "jax/output/HTML-CSS",
+    "fonts",
     "localization/en",
 ]
 
@@ -111,7 +112,9 @@ def on_post_build(config, **kwargs):
         log.warning(f"public names without an API entry: {', '.join(missing)}")
     gallery = (DOCS / "figures.md").read_text()
     absent = [
-        p.name for p in sorted((DOCS / "figures").glob("*.png")) if p.name not in gallery
+        p.name
+        for p in sorted((DOCS / "figures").glob("*.png"))
+        if p.name not in gallery
     ]
     if absent:
         log.warning(f"figures missing from docs/figures.md: {', '.join(absent)}")

@@ -57,12 +57,16 @@ SOLVERS: dict[str, type[dfx.AbstractSolver]] = {
     "ros34pw2": ROS34PW2,
     "ros2": ROS2,
 }
+"""The solvers `integrate(..., solver=NAME)` accepts by name: Diffrax's explicit
+`tsit5`, `dopri5`, `dopri8`, `bosh3`, implicit `kvaerno3`, `kvaerno5`, and
+gradflow's Rosenbrock-W `ros34pw2` (the default) and `ros2`."""
 # The default: a Rosenbrock-W method with a rank-16 eigen-form W (see
 # gradflow.solvers and docs/performance.md). One choice for every problem size:
 # the rank-16 W costs O(16 n) memory and 33 Hessian-vector products per refresh,
 # so it scales to the largest vocabularies, and for n <= 16 it is the full
 # eigendecomposition.
 DEFAULT_SOLVER = "ros34pw2"
+"""The name in `SOLVERS` that `integrate` uses when `solver=None`."""
 
 
 class GradientFlow(eqx.Module):
