@@ -562,7 +562,7 @@ def integrate(
     r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
 
     Starts either from a random point (`init_scale`: every entry i.i.d.
-    $\mathcal{N}(0, \text{init\_scale}^2)$, shapes set by `chain.d` and
+    $\mathcal{N}(0, \mathrm{init\_scale}^2)$, shapes set by `chain.d` and
     `width`) or from given `params`, and integrates to `t1` with an adaptive
     Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
     rate $\eta$ sits at $t = k\eta$.

@@ -89,7 +89,7 @@ def init_params(
     seed: int = 0,
     dtype=jnp.float64,
 ) -> Params:
-    r"""Random initialisation: every entry i.i.d. $\mathcal{N}(0, \text{init\_scale}^2)$.
+    r"""Random initialisation: every entry i.i.d. $\mathcal{N}(0, \mathrm{init\_scale}^2)$.
 
     **Arguments:**
 
