@@ -199,7 +199,7 @@ def _segment(
     )
     event = dfx.Event(
         cond_fn=combined,
-        root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),
+        root_finder=_TimeBisection(optx.Bisection(rtol=root_rtol, atol=root_atol)),  # pyright: ignore[reportCallIssue]
         direction=True,
     )
 
@@ -319,7 +319,7 @@ def solve_with_events(
     condition: Callable | None = None,
     directions: Sequence[bool | None] = (),
     names: Sequence[str] | None = None,
-    active: Sequence[bool] | None = None,
+    active: Sequence[bool] | np.ndarray | None = None,
     on_event: Callable | None = None,
     solver: dfx.AbstractSolver | None = None,
     rtol: float = 1e-8,
@@ -400,7 +400,7 @@ def solve_with_events(
     start = time.perf_counter()
     solver = dfx.Tsit5() if solver is None else solver
     # Tolerances as arrays: floats would be static and recompile for each value.
-    controller = ResumableController(
+    controller = ResumableController(  # pyright: ignore[reportCallIssue]
         dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
     )
     n = len(directions)
@@ -423,7 +423,7 @@ def solve_with_events(
     directions = tuple(directions)
     if n == 0:  # nothing to watch: one condition that is always off
         condition, directions = _never, (True,)
-    combined = _Combined(condition)
+    combined = _Combined(condition)  # pyright: ignore[reportArgumentType]
     ts = np.asarray(ts, dtype=np.float64)
     dtype = jax.tree.leaves(y0)[0].dtype
     t1 = float(t1)
@@ -606,13 +606,13 @@ def solve_with_events(
             rejected += chunk_stats["num_rejected_steps"]
             for key, value in chunk_stats.items():
                 seg_stats[key] = seg_stats.get(key, 0) + value
-            t_end = float(np.asarray(sol.ts[1])[0])
-            y_end = jax.tree.map(lambda x: x[0], sol.ys[1])
-            seg_ts = np.asarray(sol.ts[0], dtype=np.float64)
+            t_end = float(np.asarray(sol.ts[1])[0])  # pyright: ignore[reportOptionalSubscript]
+            y_end = jax.tree.map(lambda x: x[0], sol.ys[1])  # pyright: ignore[reportOptionalSubscript]
+            seg_ts = np.asarray(sol.ts[0], dtype=np.float64)  # pyright: ignore[reportOptionalSubscript]
             sel = keep & np.isfinite(seg_ts) & (ts <= t_end)
             ts_chunks.append(ts[sel])
             saved_chunks.append(
-                jax.tree.map(lambda x, s=sel: np.asarray(x)[s], sol.ys[0])
+                jax.tree.map(lambda x, s=sel: np.asarray(x)[s], sol.ys[0])  # pyright: ignore[reportOptionalSubscript]
             )
             result = sol.result
             t_now, y_now = t_end, y_end

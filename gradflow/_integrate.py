@@ -245,11 +245,11 @@ def _count_grad_evals(
         # Hessian-vector products is part of that HVP work, not counted here.
         return solver.num_grad_evals_per_step() * int(stats["num_steps"]) + 2
     if hasattr(solver, "num_grad_evals"):
-        return int(solver.num_grad_evals(solver_state))
+        return int(solver.num_grad_evals(solver_state))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(solver, dfx.AbstractERK):
         tableau = solver.tableau
-        stages = len(tableau.c) + 1
-        per_step = stages - 1 if tableau.fsal else stages
+        stages = len(tableau.c) + 1  # pyright: ignore[reportAttributeAccessIssue]
+        per_step = stages - 1 if tableau.fsal else stages  # pyright: ignore[reportAttributeAccessIssue]
         return per_step * int(stats["num_steps"]) + 1
     return None
 
@@ -263,7 +263,7 @@ def _count_hvps(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | N
     repeated in the retry and is not counted.
     """
     if solver_state is not None and hasattr(solver, "num_hvps"):
-        return int(solver.num_hvps(solver_state))
+        return int(solver.num_hvps(solver_state))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(solver, dfx.AbstractERK):
         return 0
     return None
@@ -495,7 +495,7 @@ def _prepare(
         solver=solver_obj,
         rtol=rtol,
         atol=atol,
-        max_steps=max_steps,
+        max_steps=max_steps,  # pyright: ignore[reportArgumentType]
         dtype=jdtype,
         settings=settings,
         start=start,

@@ -97,7 +97,7 @@ def _check_events(events) -> tuple[Event, ...]:
     if isinstance(events, Event):
         events = (events,)
     events = tuple(events)
-    names = set(BUILTIN_EVENTS)
+    names: set[str] = set(BUILTIN_EVENTS)
     for e in events:
         if not isinstance(e, Event):
             raise TypeError(

@@ -11,6 +11,7 @@ bookkeeping mirrors Diffrax's own meters: one `io_callback` to open the bar, a
 
 import contextlib
 import threading
+from typing import Any
 
 import diffrax as dfx
 import equinox as eqx
@@ -21,7 +22,7 @@ from jax.experimental import io_callback
 from jaxtyping import Array, Float, Int
 
 
-_bars: dict[int, object] = {}
+_bars: dict[int, Any] = {}  # tqdm bars
 _lock = threading.Lock()
 _counter = [0]
 _shared: list[int | None] = [None]

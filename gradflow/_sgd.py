@@ -196,8 +196,8 @@ def sgd_step(
     apply the optimizer. Returns `(params, opt_state, batch_loss)`."""
     batch = sampler(key, batch_size)
     loss, grads = jax.value_and_grad(_loss)(params, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    updates, opt_state = optimizer.update(grads, opt_state, params)  # pyright: ignore[reportArgumentType]
+    return optax.apply_updates(params, updates), opt_state, loss  # pyright: ignore[reportArgumentType]
 
 
 @eqx.filter_jit
@@ -416,7 +416,7 @@ def _describe_optimizer(obj, path: str = "", out=None, seen=None, depth: int = 0
         for i, value in enumerate(obj.__defaults__ or ()):
             _describe_optimizer(value, join(f"default{i}"), out, seen, depth + 1)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
-        for name in obj._fields:
+        for name in obj._fields:  # pyright: ignore[reportAttributeAccessIssue]
             _describe_optimizer(getattr(obj, name), join(name), out, seen, depth + 1)
     elif isinstance(obj, (tuple, list)):
         for i, value in enumerate(obj):
@@ -670,9 +670,9 @@ def train_sgd(
                 f"num_sequences = {num_sequences} is smaller than batch_size = "
                 f"{batch_size}; batches are drawn without replacement"
             )
-    if kind == "text" and len(source) < context + 2:
+    if kind == "text" and len(source) < context + 2:  # pyright: ignore[reportArgumentType]
         raise ValueError(
-            f"the corpus has {len(source)} tokens, too few for windows of context + 1 "
+            f"the corpus has {len(source)} tokens, too few for windows of context + 1 "  # pyright: ignore[reportArgumentType]
             f"= {context + 1} tokens (need at least {context + 2})"
         )
     if optimizer is not None and not isinstance(
@@ -689,7 +689,7 @@ def train_sgd(
         chain, init_scale, params, width, seed, jdtype
     )
     settings = {
-        "source": kind if kind == "chain" else f"text:{source.source}",
+        "source": kind if kind == "chain" else f"text:{source.source}",  # pyright: ignore[reportAttributeAccessIssue]
         "width": int(width),
         "init_scale": None if init_scale is None else float(init_scale),
         "seed": int(seed),
@@ -717,9 +717,9 @@ def train_sgd(
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
     sample_key, step_key = jax.random.split(data_key)
     chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
-    opt_state = opt.init(params0)
+    opt_state = opt.init(params0)  # pyright: ignore[reportArgumentType]
     if optimizer is None:
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)  # pyright: ignore[reportAttributeAccessIssue]
 
     if ckpt is not None and ckpt.state is not None:
         done, saved, train, total, count, params_now, opt_state, end = _restore(
@@ -736,9 +736,9 @@ def train_sgd(
         if kind == "chain":
             sampler = ChainSampler(chain_dt, context)
         else:
-            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
+            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)  # pyright: ignore[reportArgumentType,reportAttributeAccessIssue]
         if num_sequences is not None:
-            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
+            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)  # pyright: ignore[reportArgumentType]
         if not train:
             train = [float(_first_batch_loss(params0, step_key, sampler, batch_size))]
     import tqdm

@@ -406,7 +406,7 @@ def _interp(a, i, f):
 
 
 def detect_stages(
-    ts: Float[Array, " T"],
+    ts: Float[Array | np.ndarray, " T"],
     *,
     loss,
     speed,
@@ -462,7 +462,7 @@ def detect_stages(
     det = StageDetector(
         d,
         curves["sv_rate"].shape[1],
-        t0=ts[0],
+        t0=ts[0],  # pyright: ignore[reportArgumentType]
         loss0=curves["loss"][0],
         log_d=log_d,
         unigram=unigram,
@@ -499,7 +499,7 @@ def detect_stages(
         k = int(np.argmin(frac))
         f_event = f + (1.0 - f) * float(frac[k])
         t_event = ts[i] + f_event * (ts[i + 1] - ts[i])
-        det.fire(BUILTIN_EVENTS[k], t_event, at(i, f_event))
+        det.fire(BUILTIN_EVENTS[k], t_event, at(i, f_event))  # pyright: ignore[reportArgumentType]
         mask = det.active()
         # Restarting on its own root must not fire it again: off for the rest
         # of this piece (after it, it must first cross back).

@@ -551,9 +551,9 @@ def plateaus(
             i == runs[-1][1] + 1
             or (ts[runs[-1][1]] > 0 and math.log(ts[i] / ts[runs[-1][1]]) < merge)
         ):
-            runs[-1][1] = i
+            runs[-1][1] = i  # pyright: ignore[reportCallIssue,reportArgumentType]
         else:
-            runs.append([i, i])
+            runs.append([i, i])  # pyright: ignore[reportArgumentType]
     out = []
     for a, b in runs:
         best = a + int(np.argmin(g[a : b + 1]))
@@ -883,7 +883,7 @@ def origin_escape_offset(chain: MarkovChain, level: float | None = None) -> floa
         event=dfx.Event(cond, optx.Newton(rtol=1e-12, atol=1e-12)),
         max_steps=100_000,
     )
-    T = float(sol.ts[-1])
+    T = float(sol.ts[-1])  # pyright: ignore[reportOptionalSubscript]
     return T + math.log(math.sqrt(2) * eps) / sigma
 
 
