@@ -86,6 +86,68 @@ from .theory import (  # noqa: E402
 )
 
 
+# The public names: what the API reference documents (docs/_hooks.py reads this
+# list) and what `from gradflow import *` gives.
+__all__ = [
+    "attention",
+    "attention_entropy",
+    "attention_summary",
+    "chains",
+    "compare",
+    "Comparison",
+    "critical_points",
+    "CriticalPoint",
+    "default_save_times",
+    "DEFAULT_SOLVER",
+    "default_tolerances",
+    "detect_stages",
+    "diagnostic_rates",
+    "diagnostics",
+    "entropy_bounds",
+    "Event",
+    "EventRecord",
+    "finite_context_logits",
+    "finite_context_loss",
+    "GradientFlow",
+    "init_params",
+    "integrate",
+    "integrate_stages",
+    "Interrupted",
+    "Linearization",
+    "linearize",
+    "load",
+    "load_sgd",
+    "load_sweep",
+    "MarkovChain",
+    "Member",
+    "Model",
+    "observe",
+    "observe_params",
+    "Params",
+    "population_logits",
+    "population_loss",
+    "SegmentedSolution",
+    "SGDRun",
+    "solve_with_events",
+    "solvers",
+    "SOLVERS",
+    "Stage",
+    "stage_events",
+    "STAGE_KINDS",
+    "stages_from_params",
+    "StageThresholds",
+    "stationary_distribution",
+    "Sweep",
+    "sweep",
+    "text",
+    "theory",
+    "theory_report",
+    "train_sgd",
+    "Trajectory",
+    "VariantParams",
+]
+
+
 try:
     __version__ = importlib.metadata.version("gradflow")
 except importlib.metadata.PackageNotFoundError:  # running from a source tree

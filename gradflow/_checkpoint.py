@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -151,7 +151,7 @@ class Checkpointer:
         inputs: dict[str, Any],
         every: float = DEFAULT_EVERY,
     ):
-        self.path = check_path(path)
+        self.path = cast(Path, check_path(path))  # `path` is never None here
         self.kind = kind
         self.every = check_every(every)
         self.fingerprint = {
@@ -227,7 +227,7 @@ class Checkpointer:
         }
         arrays = dict(arrays)
         arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
-        atomic_write(self.path, lambda f: np.savez(f, **arrays))
+        atomic_write(self.path, lambda f: np.savez(f, **arrays))  # pyright: ignore[reportArgumentType]
         self.last_write = time.monotonic()
         self.num_writes += 1
 
@@ -248,7 +248,7 @@ class Interrupted(KeyboardInterrupt):
     ```
     """
 
-    def __init__(self, message: str, result=None, checkpoint=None):
+    def __init__(self, message: str, result: Any = None, checkpoint=None):
         super().__init__(message)
         self.result = result
         self.checkpoint = checkpoint

@@ -189,7 +189,11 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--figure needs --flow (the figure overlays flow and SGD)")
         stream = stream_from_text_args(args)
         source = stream if stream is not None else _chain_from_args(args)
-        chain = source.chain if stream is not None else source
+        chain: gf.MarkovChain = (  # pyright: ignore[reportAssignmentType]
+            source.chain  # pyright: ignore[reportAttributeAccessIssue]
+            if stream is not None
+            else source
+        )
         optimizer = {
             "sgd": None,
             "momentum": optax.sgd(args.lr, momentum=0.9),

@@ -79,12 +79,16 @@ SOLVERS: dict[str, type[dfx.AbstractSolver]] = {
     "ros34pw2": ROS34PW2,
     "ros2": ROS2,
 }
+"""The solvers `integrate(..., solver=NAME)` accepts by name: Diffrax's explicit
+`tsit5`, `dopri5`, `dopri8`, `bosh3`, implicit `kvaerno3`, `kvaerno5`, and
+gradflow's Rosenbrock-W `ros34pw2` (the default) and `ros2`."""
 # The default: a Rosenbrock-W method with a rank-16 eigen-form W (see
 # gradflow.solvers and docs/performance.md). One choice for every problem size:
 # the rank-16 W costs O(16 n) memory and 33 Hessian-vector products per refresh,
 # so it scales to the largest vocabularies, and for n <= 16 it is the full
 # eigendecomposition.
 DEFAULT_SOLVER = "ros34pw2"
+"""The name in `SOLVERS` that `integrate` uses when `solver=None`."""
 
 
 class GradientFlow(eqx.Module):
@@ -256,11 +260,11 @@ def _count_grad_evals(
         # Hessian-vector products is part of that HVP work, not counted here.
         return solver.num_grad_evals_per_step() * int(stats["num_steps"]) + 2
     if hasattr(solver, "num_grad_evals"):
-        return int(solver.num_grad_evals(solver_state))
+        return int(solver.num_grad_evals(solver_state))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(solver, dfx.AbstractERK):
         tableau = solver.tableau
-        stages = len(tableau.c) + 1
-        per_step = stages - 1 if tableau.fsal else stages
+        stages = len(tableau.c) + 1  # pyright: ignore[reportAttributeAccessIssue]
+        per_step = stages - 1 if tableau.fsal else stages  # pyright: ignore[reportAttributeAccessIssue]
         return per_step * int(stats["num_steps"]) + 1
     return None
 
@@ -274,7 +278,7 @@ def _count_hvps(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | N
     repeated in the retry and is not counted.
     """
     if solver_state is not None and hasattr(solver, "num_hvps"):
-        return int(solver.num_hvps(solver_state))
+        return int(solver.num_hvps(solver_state))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(solver, dfx.AbstractERK):
         return 0
     return None
@@ -513,7 +517,7 @@ def _prepare(
         solver=solver_obj,
         rtol=rtol,
         atol=atol,
-        max_steps=max_steps,
+        max_steps=max_steps,  # pyright: ignore[reportArgumentType]
         dtype=jdtype,
         settings=settings,
         start=start,
@@ -581,7 +585,7 @@ def integrate(
     r"""Solves the population gradient flow $\dot\theta = -\nabla L(\theta)$.
 
     Starts either from a random point (`init_scale`: every entry i.i.d.
-    $\mathcal{N}(0, \text{init\_scale}^2)$, shapes set by `chain.d` and
+    $\mathcal{N}(0, \mathrm{init\_scale}^2)$, shapes set by `chain.d` and
     `width`) or from given `params`, and integrates to `t1` with an adaptive
     Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
     rate $\eta$ sits at $t = k\eta$.

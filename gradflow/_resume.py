@@ -40,10 +40,10 @@ class ResumableController(dfx.AbstractAdaptiveStepSizeController):
 
     @property
     def norm(self) -> Callable[[PyTree], jnp.ndarray]:
-        return self.controller.norm
+        return self.controller.norm  # pyright: ignore[reportReturnType]
 
     def wrap(self, direction):
-        return ResumableController(self.controller.wrap(direction))
+        return ResumableController(self.controller.wrap(direction))  # pyright: ignore[reportCallIssue]
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, state = self.controller.init(

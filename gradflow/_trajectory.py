@@ -169,7 +169,9 @@ def write_result(path, result, format_name: str, format_version: int, arrays) ->
     return path
 
 
-def read_result(path, format_name: str, format_version: int, what: str, own: tuple):
+def read_result(
+    path, format_name: str, format_version: int, what: str, own: tuple
+) -> dict[str, Any]:
     """Reads a file written by [`write_result`][] into the constructor arguments
     of a result: the `own` arrays plus what every result shares (chain, params,
     settings, stats, ok, message, stages, events, extras).

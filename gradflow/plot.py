@@ -316,7 +316,7 @@ def attention_figure(
             ax.set_ylabel("query token")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention $A_{ik}$")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention $A_{ik}$")  # pyright: ignore[reportArgumentType]
     fig.suptitle(title or "attention at the stage boundaries")
     return fig
 

@@ -1,9 +1,16 @@
 import jax
 import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 import pytest
 
-import gradflow as gf  # noqa: F401  (turns on float64)
+
+# Shape annotations are checked in the tests: jaxtyping's import hook wraps every
+# gradflow function with beartype restricted to array annotations
+# (tests/_shapecheck.py). It must be installed before gradflow is imported.
+jaxtyping.install_import_hook("gradflow", "_shapecheck.shapes_only")
+
+import gradflow as gf  # noqa: E402, F401  (turns on float64)
 
 
 jax.config.update("jax_enable_x64", True)

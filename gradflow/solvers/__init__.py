@@ -1,7 +1,7 @@
 """Solvers for the stiff gradient flow: linearly implicit Rosenbrock-W methods
 that keep the Jacobian in eigen-form and reuse it over many steps.
 
-All are [`diffrax.AbstractSolver`][]s: pass them to `diffrax.diffeqsolve` or to
+All are `diffrax.AbstractSolver`s: pass them to `diffrax.diffeqsolve` or to
 [`gradflow.integrate`][] (`solver="ros34pw2"` or an instance).
 """
 

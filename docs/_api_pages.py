@@ -1,0 +1,193 @@
+"""The API reference pages, generated from `gradflow.__all__`.
+
+`docs/_hooks.py` writes these pages into the site when it is built; nothing
+here is committed as Markdown, so a name added to `gradflow.__all__` gets a
+reference entry without touching the docs. `GROUPS` only orders the names into
+pages: a public name that no group lists lands on the page "Other names", and a
+listed name that is no longer public is left out.
+
+`tests/test_docs.py` checks that every name of `gradflow.__all__` has exactly
+one entry (and a docstring), without needing mkdocs.
+"""
+
+import types
+
+
+# (file stem, page title, one line about the page, the names on it)
+GROUPS: list[tuple[str, str, str, list[str]]] = [
+    (
+        "chains",
+        "Markov chains",
+        "The data: a validated transition matrix and its stationary distribution.",
+        ["MarkovChain", "chains", "stationary_distribution", "entropy_bounds"],
+    ),
+    (
+        "model",
+        "Model and losses",
+        "The one-layer Transformer's parameters, the closed-form population loss "
+        "and the finite-context loss; both share one attention primitive.",
+        [
+            "Params",
+            "Model",
+            "VariantParams",
+            "init_params",
+            "population_loss",
+            "population_logits",
+            "finite_context_loss",
+            "finite_context_logits",
+            "attention",
+            "attention_summary",
+        ],
+    ),
+    (
+        "flow",
+        "The gradient flow",
+        "Integrating $\\dot\\theta = -\\nabla L(\\theta)$ and what it returns.",
+        [
+            "integrate",
+            "integrate_stages",
+            "Trajectory",
+            "load",
+            "GradientFlow",
+            "default_save_times",
+            "default_tolerances",
+            "DEFAULT_SOLVER",
+            "SOLVERS",
+            "solvers",
+            "Interrupted",
+        ],
+    ),
+    (
+        "stages",
+        "Stages, events and diagnostics",
+        "Saddles located during the solve, the stages found on the saved "
+        "observables after it, and the records of both.",
+        [
+            "Event",
+            "EventRecord",
+            "solve_with_events",
+            "SegmentedSolution",
+            "Stage",
+            "STAGE_KINDS",
+            "StageThresholds",
+            "detect_stages",
+            "observe",
+            "observe_params",
+            "stage_events",
+            "stages_from_params",
+            "diagnostics",
+            "diagnostic_rates",
+            "attention_entropy",
+        ],
+    ),
+    (
+        "sweeps",
+        "Sweeps",
+        "Many flows in one batched, sharded solve.",
+        ["sweep", "Sweep", "Member", "load_sweep"],
+    ),
+    (
+        "sgd",
+        "SGD next to the flow",
+        "Finite-sample SGD logged on the flow's time axis, and the comparison.",
+        ["train_sgd", "SGDRun", "load_sgd", "compare", "Comparison"],
+    ),
+    (
+        "text",
+        "Real text",
+        "Local corpora, tokenisation and bigram chains.",
+        ["text"],
+    ),
+    (
+        "theory",
+        "Theory",
+        "Critical points, unstable modes and the theory's predictions.",
+        ["linearize", "critical_points", "CriticalPoint", "Linearization"]
+        + ["theory_report", "theory"],
+    ),
+]
+
+# Public modules that `gradflow/__init__.py` does not import (matplotlib is
+# imported only when figures are wanted); each gets its own page.
+EXTRA_MODULES: list[tuple[str, str, str]] = [
+    ("plot", "Figures (gradflow.plot)", "gradflow.plot"),
+]
+
+OTHER = ("other", "Other names", "Public names that no page above lists yet.")
+
+
+def _entry(qualname: str, obj) -> str:
+    """The mkdocstrings directive of one name."""
+    if isinstance(obj, types.ModuleType):
+        return (
+            f"::: {qualname}\n"
+            "    options:\n"
+            "      show_root_heading: true\n"
+            "      members: true\n"
+            "      heading_level: 2\n"
+        )
+    return f"::: {qualname}\n"
+
+
+def api_pages(module) -> list[tuple[str, str, str]]:
+    """`(path, title, markdown)` of every API page for `module` (gradflow).
+
+    The first page is the index: every public name with the first line of its
+    docstring, linked to its entry.
+    """
+    public = list(module.__all__)
+    placed: set[str] = set()
+    pages: list[tuple[str, str, str, list[str]]] = []
+    for stem, title, intro, names in GROUPS:
+        names = [n for n in names if n in public and n not in placed]
+        if names:
+            placed.update(names)
+            pages.append((stem, title, intro, names))
+    rest = sorted((n for n in public if n not in placed), key=str.lower)
+    if rest:
+        pages.append((*OTHER, rest))
+
+    out: list[tuple[str, str, str]] = []
+    index = [
+        "# API reference",
+        "",
+        "Every public name of `gradflow` (`gradflow.__all__`), generated from its"
+        " docstring. `import gradflow as gf` turns on JAX's float64 mode.",
+        "",
+    ]
+    for stem, title, intro, names in pages:
+        body = [f"# {title}", "", intro, ""]
+        index += [
+            f"## [{title}]({stem}.md)",
+            "",
+            "| name | what it is |",
+            "| --- | --- |",
+        ]
+        for name in names:
+            obj = getattr(module, name)
+            body.append(_entry(f"gradflow.{name}", obj))
+            index.append(f"| [`gradflow.{name}`][] | {_summary(obj)} |")
+        index.append("")
+        out.append((f"api/{stem}.md", title, "\n".join(body)))
+    for stem, title, qualname in EXTRA_MODULES:
+        body = [f"# {title}", "", f"::: {qualname}", "    options:"]
+        body += ["      show_root_heading: false", "      members: true", ""]
+        out.append((f"api/{stem}.md", title, "\n".join(body)))
+        index += [f"## [{title}]({stem}.md)", "", f"The module `{qualname}`.", ""]
+    return [("api/index.md", "Overview", "\n".join(index)), *out]
+
+
+def _summary(obj) -> str:
+    """The first sentence-line of `obj`'s own docstring, for the index table."""
+    doc = obj.__doc__ if _own_doc(obj) else None
+    if not doc:
+        return ""
+    first = doc.strip().split("\n\n")[0].replace("\n", " ")
+    return first.replace("|", "\\|")
+
+
+def _own_doc(obj) -> bool:
+    """Whether `obj.__doc__` was written for it (not a str's or dict's)."""
+    return isinstance(obj, types.ModuleType | type | types.FunctionType) or callable(
+        obj
+    )
