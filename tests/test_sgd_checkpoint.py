@@ -81,20 +81,20 @@ def _fail_at_call(monkeypatch, n, action=None):
     the list of calls made."""
     calls = []
 
-    def advance(*args):
+    def advance(*args, **kwargs):
         calls.append(int(args[3]))  # the first step of the chunk
         if len(calls) == n:
             if action is None:
                 raise _Crash
             action()
-        return _REAL_ADVANCE(*args)
+        return _REAL_ADVANCE(*args, **kwargs)
 
     monkeypatch.setattr(sgd_module, "_advance", advance)
     return calls
 
 
 def _no_steps(monkeypatch):
-    def advance(*args):
+    def advance(*args, **kwargs):
         raise AssertionError("a step was taken")
 
     monkeypatch.setattr(sgd_module, "_advance", advance)

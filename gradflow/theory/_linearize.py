@@ -309,3 +309,17 @@ def linearize(
         tol=tol * scale,
         gauge_rank=gauge,
     )
+
+
+__all__ = [
+    "DEFAULT_MAX_DENSE",
+    "DEFAULT_REL_TOL",
+    "Linearization",
+    "flat_grad",
+    "flat_hessian",
+    "flat_hvp",
+    "flatten_params",
+    "lanczos",
+    "linearize",
+    "unflatten_params",
+]
