@@ -182,6 +182,7 @@ def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     deadline = time.monotonic() + 300
     while not ck.exists() and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    # seeded: a fixed moment in the solve, the same on every run
     time.sleep(np.random.default_rng(7).uniform(0.0, 1.0))
     killed.kill()
     _, err = killed.communicate()
