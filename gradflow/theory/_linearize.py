@@ -27,6 +27,7 @@ def flatten_params(params: Params) -> jax.Array:
 
 
 def unflatten_params(x: jax.Array, m: int, d: int) -> Params:
+    """The inverse of `flatten_params` for a model of width `m` on `d` tokens."""
     sizes = (m * d, d * m, m * m, m * m)
     shapes = ((m, d), (d, m), (m, m), (m, m))
     parts, start = [], 0
