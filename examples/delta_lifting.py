@@ -37,8 +37,8 @@ for delta, color in ((0.0, "tab:blue"), (0.05, "tab:red")):
     )
     for s in traj.stages:
         # Shade the stage of sigma_2 (singular-value index 1) only.
-        if s["name"] == "new_direction" and s.get("sv_index") == 1:
-            axes[1].axvspan(s["t_start"], s["t_end"], color=color, alpha=0.15, lw=0)
+        if s.name == "new_direction" and s.sv_index == 1:
+            axes[1].axvspan(s.t_start, s.t_end, color=color, alpha=0.15, lw=0)
     # The random start has sigma_2/sigma_1 ~ 0.8; condensation brings it down
     # to ~1e-3; a new direction brings it back up through 0.1.
     ratio = traj.extras["sv_ratio"][:, 0]

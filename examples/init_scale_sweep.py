@@ -33,13 +33,13 @@ sigma = np.linalg.norm(pi - 1 / chain.d) * np.linalg.norm(pi)
 rows = []
 for scale in args.scales:
     traj = gf.integrate_stages(chain, scale, width=8, t1=args.t1, progress=False)
-    cond = [s for s in traj.stages if s["name"] == "condensation"]
-    focus = [s for s in traj.stages if s["name"] == "focus"]
+    cond = [s for s in traj.stages if s.name == "condensation"]
+    focus = [s for s in traj.stages if s.name == "focus"]
     rows.append(
         (
             scale,
             cond[0]["t_end"] if cond else np.nan,
-            focus[0]["t_start"] if focus else np.nan,
+            focus[0].t_start if focus else np.nan,
         )
     )
     print(

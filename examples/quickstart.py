@@ -11,8 +11,6 @@ print(
     f"(conditional entropy {float(chain.conditional_entropy):.6f})"
 )
 for s in traj.stages:
-    print(
-        f"{s['name']:>14} cycle {s['cycle']}: t = {s['t_start']:8.1f} .. {s['t_end']:8.1f}"
-    )
+    print(f"{s.name:>14} cycle {s.cycle}: t = {s.t_start:8.1f} .. {s.t_end:8.1f}")
 print("stats:", traj.stats)
 traj.save("quickstart.npz")

@@ -38,8 +38,8 @@ for seed in args.seeds:
     if not traj.ok:
         print(f"chain seed {seed}: stopped early: {traj.message}")
     pi = np.asarray(chain.pi)
-    focus = [s for s in traj.stages if s["name"] == "focus"]
-    first = focus[0]["tokens"][0] if focus else None
+    focus = [s for s in traj.stages if s.name == "focus"]
+    first = focus[0].tokens[0] if focus else None
     print(
         f"chain seed {seed}: pi = {np.round(pi, 3)}, most frequent token "
         f"{int(np.argmax(pi))}, first focus token {first}"

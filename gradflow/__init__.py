@@ -42,8 +42,8 @@ from ._integrate import (  # noqa: E402
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
     integrate as integrate,
+    integrate_stages as integrate_stages,
 )
-from ._integrate_stages import integrate_stages as integrate_stages  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
@@ -53,13 +53,19 @@ from ._model import (  # noqa: E402
     population_logits as population_logits,
     population_loss as population_loss,
 )
+from ._records import EventRecord as EventRecord  # noqa: E402
 from ._sgd import train_sgd as train_sgd  # noqa: E402
 from ._sgd_run import SGDRun as SGDRun, load_sgd as load_sgd  # noqa: E402
-from ._stages import (  # noqa: E402
-    StageDetector as StageDetector,
+from ._stage_types import (  # noqa: E402
+    STAGE_KINDS as STAGE_KINDS,
+    Stage as Stage,
     StageThresholds as StageThresholds,
+)
+from ._stages import (  # noqa: E402
     detect_stages as detect_stages,
-    monitor as monitor,
+    observe as observe,
+    observe_params as observe_params,
+    stage_events as stage_events,
     stages_from_params as stages_from_params,
 )
 from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402

@@ -34,8 +34,9 @@ STAGE_FIELDS = (
     "complete",
     "mass_start",
     "mass_end",
+    "sv_index",
 )
-EVENT_FIELDS = ("name", "t", "loss", "token", "sv_ratio")
+EVENT_FIELDS = ("name", "t", "loss", "token", "located")
 
 
 def register(subparsers) -> None:
@@ -44,13 +45,17 @@ def register(subparsers) -> None:
         help="integrate a scenario, find its stages, write files and figures",
         description=(
             "Integrate the population gradient flow of one scenario, locate its "
-            "saddles and stages (condensation, focus, dilution, new_direction) "
-            "while solving, print a stage table, and write into --out: "
+            "saddles while solving and its stages (condensation, focus, dilution, "
+            "new_direction) from the saved points, print a stage table, and write "
+            "into --out: "
             "trajectory.npz, stages.csv, events.csv and the figures (summary, "
             "embedding PCA, attention at the stage boundaries; PNG and PDF). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
-            "--t1 20000 follows the loss down to the conditional entropy."
+            "--t1 20000 follows the loss down to the conditional entropy. "
+            "Compiled solves are kept in JAX's persistent compilation cache "
+            "(~/.cache/gradflow/jax, or $JAX_COMPILATION_CACHE_DIR), so a second "
+            "run of the same shapes starts without compiling."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -125,7 +130,10 @@ def register(subparsers) -> None:
         help="absolute tolerance (default tied to the initial scale)",
     )
     g.add_argument(
-        "--saves", type=int, default=400, help="number of log-spaced save times"
+        "--saves",
+        type=int,
+        default=798,
+        help="number of save times (0, then log-spaced)",
     )
     g.add_argument(
         "--max-steps",
@@ -214,7 +222,8 @@ def _cell(value):
 
 
 def write_csv(path: Path, rows, fields) -> None:
-    """Writes records (dicts) to `path` as CSV with the given columns."""
+    """Writes records (typed records with `to_dict`, or dicts) to `path` as CSV
+    with the given columns."""
     from ._trajectory import atomic_write
 
     def write(f):
@@ -224,6 +233,7 @@ def write_csv(path: Path, rows, fields) -> None:
         w = csv.writer(text)
         w.writerow(fields)
         for r in rows:
+            r = r.to_dict() if hasattr(r, "to_dict") else r
             w.writerow([_cell(r.get(k)) for k in fields])
         f.write(text.getvalue().encode())
 
@@ -237,12 +247,12 @@ def format_stage_table(stages) -> str:
         f"{'loss_start':>10} {'loss_end':>10}  tokens"
     ]
     for s in stages:
-        tokens = ",".join(s.get("token_labels") or [])
-        flag = "" if s.get("complete", True) else "  (still open at t1)"
+        tokens = ",".join(s.token_labels)
+        flag = "" if s.complete else "  (still open at t1)"
         lines.append(
-            f"{s['name']:<14} {s['cycle']:>5} "
-            f"{s['t_start']:>10.4g} {s['t_end']:>10.4g} "
-            f"{s['loss_start']:>10.5f} {s['loss_end']:>10.5f}  {tokens}{flag}"
+            f"{s.name:<14} {s.cycle:>5} "
+            f"{s.t_start:>10.4g} {s.t_end:>10.4g} "
+            f"{s.loss_start:>10.5f} {s.loss_end:>10.5f}  {tokens}{flag}"
         )
     return "\n".join(lines)
 

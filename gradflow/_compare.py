@@ -43,10 +43,11 @@ def crossing_time(ts: np.ndarray, loss: np.ndarray, level: float) -> float:
 def _stage_times(records) -> dict[str, float]:
     out = {}
     for r in records:
-        get = r.get if isinstance(r, dict) else lambda k, r=r: getattr(r, k, None)
-        name, cycle, start = get("name"), get("cycle"), get("t_start")
-        if name is not None and start is not None:
-            out[f"{name}[{cycle}]" if cycle is not None else str(name)] = float(start)
+        if r.name == "plateau":  # plateaus are not stages SGD is compared on
+            continue
+        # the first of each kind in each cycle (several directions may open
+        # in one cycle)
+        out.setdefault(f"{r.name}[{r.cycle}]", float(r.t_start))
     return out
 
 

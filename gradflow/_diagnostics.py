@@ -64,26 +64,35 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
     | `sv_ratio_W0` | `()` | $\sigma_2 / \sigma_1$ of $W_0$ |
     | `cos_W0_pi` | `()` | $|W_0 \hat\pi| / |W_0|_F$ (1: rows parallel to $\pi$) |
     | `cos_W1_u` | `()` | $|\hat u^\top W_1| / |W_1|_F$, $u = \pi - 1/d$ (1: aligned) |
-    | `right_sv_W0` | `(3, d)` | top right singular vectors of $W_0$ (max entry > 0) |
-    | `cos_v_pi` | `(3,)` | $|v_k \cdot \hat\pi|$ for those vectors |
+    | `right_sv_W0` | `(min(m, d), d)` | every right singular vector of $W_0$ (max entry > 0) |
+    | `cos_v_pi` | `(min(m, d),)` | $|v_k \cdot \hat\pi|$ for those vectors |
     | `attention` | `(d, d)` | $A$ (SPEC section 3) |
     | `att_entropy` | `()` | $\sum_i \pi_i H(A_{i\cdot})$ |
     | `att_mass` | `(d,)` | $\sum_i \pi_i A_{ik}$: attention mass on key token $k$ |
     """
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
+    A = attention(params, chain)
+    return {**_point_diagnostics(params, chain, loss, grad, A), "attention": A}
+
+
+def right_singular_vectors(W0: Float[Array, "m d"]):
+    """`(s, v)`: the singular values of `W0` (decreasing) and every right singular
+    vector as a row of `v` (shape `(min(m, d), d)`), each signed so that its
+    largest-magnitude entry is positive (the sign of a singular vector is
+    arbitrary; this makes saved vectors comparable from one save to the next)."""
+    _, s, v = jnp.linalg.svd(W0, full_matrices=False)
+    sign = jnp.sign(jnp.take_along_axis(v, jnp.argmax(jnp.abs(v), axis=1)[:, None], 1))
+    return s, v * jnp.where(sign == 0, 1.0, sign)
+
+
+def _point_diagnostics(params: Params, chain: MarkovChain, loss, grad, A):
+    """The observables of `diagnostics` except the attention matrix itself."""
     grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
     W0, W1 = params.W0, params.W1
-    _, s0, vt0 = jnp.linalg.svd(W0, full_matrices=False)
+    s0, v = right_singular_vectors(W0)
     s1 = jnp.linalg.svd(W1, compute_uv=False)
-    k = min(3, vt0.shape[0])
-    v = vt0[:k]
-    sign = jnp.sign(jnp.take_along_axis(v, jnp.argmax(jnp.abs(v), axis=1)[:, None], 1))
-    v = v * jnp.where(sign == 0, 1.0, sign)
-    if k < 3:  # width 1 or 2: pad so the saved array always has 3 rows
-        v = jnp.concatenate([v, jnp.zeros((3 - k, v.shape[1]), v.dtype)])
     pi_hat = _unit(chain.pi)
     u_hat = _unit(chain.pi - 1.0 / chain.d)
-    A = attention(params, chain)
     fro0, fro1 = jnp.linalg.norm(W0), jnp.linalg.norm(W1)
     return {
         "loss": loss,
@@ -103,7 +112,6 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
         "cos_W1_u": jnp.linalg.norm(u_hat @ W1) / jnp.maximum(fro1, _TINY),
         "right_sv_W0": v,
         "cos_v_pi": jnp.abs(v @ pi_hat),
-        "attention": A,
         "att_entropy": attention_entropy(A, chain.pi),
         "att_mass": chain.pi @ A,
     }
@@ -135,4 +143,9 @@ def diagnostic_rates(params: Params, chain: MarkovChain) -> dict[str, Scalar]:
     return rates
 
 
-__all__ = ["attention_entropy", "diagnostic_rates", "diagnostics"]
+__all__ = [
+    "attention_entropy",
+    "diagnostic_rates",
+    "diagnostics",
+    "right_singular_vectors",
+]

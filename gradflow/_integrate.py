@@ -1,7 +1,7 @@
 r"""`gradflow.integrate`: the population gradient flow $\dot\theta = -\nabla L(\theta)$
 solved with Diffrax."""
 
-import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
+from . import _loop
 from ._chain import MarkovChain
 from ._checkpoint import (
     Checkpointer,
@@ -25,21 +26,39 @@ from ._checkpoint import (
     pack_tree,
 )
 from ._errors import is_number, show
-from ._events import solve_with_events
+from ._events import Event
+from ._loop import (
+    Crossing,
+    Driven,
+    LoopState,
+    Spec,
+    drive,
+    init_state,
+    make_controller,
+    pack_state,
+    unpack_state,
+)
 from ._model import (
     Params,
     _check_init_scale,
     _check_seed,
+    attention,
     init_params,
     population_loss,
 )
-from ._progress import DelayedTqdmProgressMeter, shared_progress_bar
+from ._observe import SADDLE_EVENTS, Observer, save_point
+from ._progress import host_progress
+from ._records import EventRecord
+from ._stages import BUILTIN_EVENTS, StageThresholds, stages_from_params
 from ._trajectory import Trajectory
+from ._watch import Watch, WatchState
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 
 
 DEFAULT_T1 = 20_000.0
-DEFAULT_NUM_SAVES = 400
+# 0 and 797 log-spaced times: stage detection needs this density (the 400
+# saves of gradflow 0.1.0 are every other one of them; docs/stages.md)
+DEFAULT_NUM_SAVES = 798
 DEFAULT_MAX_STEPS = 4_000_000
 DEFAULT_CHECKPOINT_EVERY = 120.0  # seconds of wall time between checkpoints
 
@@ -76,13 +95,6 @@ class GradientFlow(eqx.Module):
         del t
         grad = jax.grad(population_loss)(y, args)
         return jax.tree.map(jnp.negative, grad)
-
-
-def _observe(t, y: Params, args: MarkovChain) -> dict[str, Any]:
-    del t
-    loss, grad = jax.value_and_grad(population_loss)(y, args)
-    grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
-    return {"loss": loss, "grad_norm": jnp.sqrt(grad_sq), "params": y}
 
 
 def default_save_times(t1: float, num: int = DEFAULT_NUM_SAVES) -> np.ndarray:
@@ -409,6 +421,7 @@ class _Setup(eqx.Module):
 
 def _prepare(
     chain,
+    *,
     init_scale,
     params,
     width,
@@ -563,13 +576,15 @@ def integrate(
     Diffrax solver. Time is gradient-descent time: step $k$ of GD at learning
     rate $\eta$ sits at $t = k\eta$.
 
-    With `stages=True` (the default) the diagnostics of
-    [`gradflow.diagnostics`][] are saved at every save time (in `traj.extras`),
-    the saddles and stages are located *during* the solve by root finding on
-    the solver's dense output (the solve continues after each event), and
-    `traj.stages`, `traj.events` hold the records (see `docs/stages.md`).
-    `stages=False` solves the bare flow: only loss, $|\nabla L|$ and
-    parameters are saved.
+    Loss, $|\nabla L|$ and parameters are saved at every save time. With
+    `stages=True` (the default) the saddle escapes and entries are located
+    *during* the solve by bisection on the solver's dense output, without
+    stopping it, and after the solve the diagnostics of
+    [`gradflow.diagnostics`][] are evaluated at every saved point (batched; in
+    `traj.extras`) and the stages found on them (`traj.stages`, see
+    `docs/stages.md`). The steps taken do not depend on `stages`, `events` or
+    `callbacks`: a bare and an observed solve of the same call are the same
+    solve.
 
     Importing gradflow enables JAX's float64 mode (`jax_enable_x64`); the flow
     is solved in float64 unless `dtype="float32"`.
@@ -583,7 +598,7 @@ def integrate(
     - `width`: the embedding width $m$ (ignored when `params` is given).
     - `t1`: final time.
     - `ts`: increasing save times in `[0, t1]`; by default
-      [`gradflow.default_save_times`][] (400 log-spaced times and `0`).
+      [`gradflow.default_save_times`][] (`0` and 797 log-spaced times).
     - `seed`: seed of the random initialisation.
     - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance;
       by default `gradflow.DEFAULT_SOLVER` (see `docs/performance.md`).
@@ -596,10 +611,12 @@ def integrate(
     - `progress`: show a progress bar when the solve takes longer than 2 s.
     - `dtype`: `"float64"` (default) or `"float32"`.
     - `stages`: locate saddles and stages while integrating (default `True`).
-    - `events`: user [`gradflow.Event`][]s, located and recorded like the
-      built-in ones (implies `stages=True`).
-    - `callbacks`: Python functions `fn(event, t, params)`, called on the host
-      after every event (implies `stages=True`).
+    - `events`: user [`gradflow.Event`][]s, located during the solve and
+      recorded in `traj.events` like the saddle events.
+    - `callbacks`: Python functions `fn(event, t, params)` called on the host
+      for every event located during the solve, in time order (between chunks
+      of steps: the solve does not wait for them), with the
+      [`gradflow.EventRecord`][] and the parameters at the event.
     - `thresholds`: a [`gradflow.StageThresholds`][] (default thresholds when
       `None`); `save_attention`: save the `(d, d)` attention matrix at every
       save time (default: when `d <= 64`).
@@ -632,152 +649,321 @@ def integrate(
     traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8)
     traj.loss[-1], traj.chain.conditional_entropy
     for s in traj.stages:
-        print(s["name"], s["cycle"], s["t_start"], s["t_end"], s["tokens"])
+        print(s.name, s.cycle, s.t_start, s.t_end, s.tokens)
     ```
     """
-    if stages or events or callbacks:
-        from ._integrate_stages import (
-            _check_callbacks,
-            _check_events,
-            _check_thresholds,
-        )
-
-        # first: the other checks draw the random start (eager JAX operations)
-        events = _check_events(events)
-        callbacks = _check_callbacks(callbacks)
-        thresholds = _check_thresholds(thresholds)
+    events = _check_events(events)
+    callbacks = _check_callbacks(callbacks)
+    thresholds = _check_thresholds(thresholds)
     setup = _prepare(
         chain,
-        init_scale,
-        params,
-        width,
-        t1,
-        ts,
-        seed,
-        solver,
-        rtol,
-        atol,
-        max_steps,
-        dtype,
-        checkpoint,
-        checkpoint_every,
+        init_scale=init_scale,
+        params=params,
+        width=width,
+        t1=t1,
+        ts=ts,
+        seed=seed,
+        solver=solver,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        dtype=dtype,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
     )
-    if stages or events or callbacks:
-        from ._integrate_stages import solve_with_stages
+    observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
+    return solve(
+        setup,
+        observer,
+        callbacks=callbacks,
+        save_attention=save_attention,
+        progress=progress,
+    )
 
-        return solve_with_stages(
-            setup,
-            events=events,
-            callbacks=callbacks,
-            thresholds=thresholds,
-            save_attention=save_attention,
-            progress=progress,
+
+def integrate_stages(
+    chain: MarkovChain, init_scale: float | None = None, **kwargs
+) -> Trajectory:
+    """[`gradflow.integrate`][] with `stages=True` (its default): kept as a name
+    for scripts that want to say so explicitly. Takes the same arguments."""
+    if kwargs.get("stages") is False:
+        raise ValueError(
+            "integrate_stages always locates stages; use gf.integrate(..., stages=False)"
         )
-    return _solve_plain(setup, progress)
+    kwargs.pop("stages", None)
+    return integrate(chain, init_scale, stages=True, **kwargs)
 
 
-def _solve_plain(setup: _Setup, progress: bool) -> Trajectory:
-    """The bare flow, saving loss, gradient norm and params (no events)."""
-    jdtype, t1, max_steps = setup.dtype, setup.t1, setup.max_steps
-    settings = dict(setup.settings, stages=False)
-    checkpoint = _checkpointer(setup, settings)
-    with shared_progress_bar() if progress else contextlib.nullcontext():
-        sol = solve_with_events(
-            GradientFlow(),
-            setup.params0,
-            setup.chain_dt,
-            t0=0.0,
-            t1=t1,
-            ts=setup.ts,
-            save_fn=_observe,
-            solver=setup.solver,
-            rtol=setup.rtol,
-            atol=setup.atol,
-            max_steps=max_steps,
-            meter_factory=_meter_factory(progress, t1),
-            counters=_counters(setup.solver),
-            checkpoint=checkpoint,
-        )
-    observed, ts_out = sol.saved, sol.ts
-    keep = np.isfinite(np.asarray(observed["loss"]))
-    observed = jax.tree.map(lambda x: np.asarray(x)[keep], observed)
-    ts_out = ts_out[keep]
-    message = ""
-    if not sol.ok:
-        message = _failure_message(sol.result, sol.t_final, t1, max_steps)
-        if ts_out.size == 0 or sol.t_final > ts_out[-1]:
-            last = jax.tree.map(
-                np.asarray,
-                _observe_jit(
-                    jnp.asarray(sol.t_final, jdtype), sol.y_final, setup.chain_dt
-                ),
+def _check_events(events) -> tuple[Event, ...]:
+    if isinstance(events, Event):
+        events = (events,)
+    events = tuple(events)
+    names = set(BUILTIN_EVENTS) | set(SADDLE_EVENTS)
+    for e in events:
+        if not isinstance(e, Event):
+            raise TypeError(
+                f"events must be gradflow.Event objects, got {type(e).__name__}"
             )
-            if np.isfinite(last["loss"]):
-                # Keep the last state reached, so no computed work is lost.
-                observed = jax.tree.map(
-                    lambda a, b: np.concatenate([a, b[None]]), observed, last
-                )
-                ts_out = np.append(ts_out, sol.t_final)
-    ok, message, stats = _outcome(sol, ts_out, observed["loss"], setup, message)
-    traj = Trajectory(
+        if e.name in names:
+            raise ValueError(
+                f"event name {e.name!r} is used twice (or is a built-in name)"
+            )
+        names.add(e.name)
+    return events
+
+
+def _check_callbacks(callbacks) -> tuple[Callable, ...]:
+    if callable(callbacks):
+        callbacks = (callbacks,)
+    callbacks = tuple(callbacks)
+    for c in callbacks:
+        if not callable(c):
+            raise TypeError(f"callbacks must be callables, got {type(c).__name__}")
+    return callbacks
+
+
+def _check_thresholds(thresholds) -> StageThresholds:
+    if thresholds is None:
+        return StageThresholds()
+    if not isinstance(thresholds, StageThresholds):
+        raise TypeError(
+            "thresholds must be a gradflow.StageThresholds, got "
+            f"{type(thresholds).__name__}"
+        )
+    return thresholds
+
+
+# Above this vocabulary size the (d, d) attention matrix is not kept in
+# `traj.extras` at every save time.
+MAX_SAVED_ATTENTION_D = 64
+# The layout of integrate's checkpoints (the loop state written whole); a
+# checkpoint of an older layout is refused, naming this setting.
+CHECKPOINT_LAYOUT = "loop-state-2"
+
+
+def _settings(setup: _Setup, observer: Observer, save_attention: bool) -> dict:
+    settings = dict(setup.settings, stages=observer.stages)
+    if observer.stages:
+        th = observer.thresholds
+        settings["thresholds"] = {
+            f.name: getattr(th, f.name) for f in dataclasses.fields(th)
+        }
+        settings["save_attention"] = bool(save_attention)
+    if observer.events or observer.stages:
+        settings["events"] = [e.name for e in observer.events]
+    return settings
+
+
+def _spec(setup: _Setup, observer: Observer) -> Spec:
+    solver = setup.solver
+    if observer.watches:
+        solver = Watch(
+            solver,
+            observer,
+            directions=observer.directions,
+            rearm_by=observer.rearm_by,
+            armed0=observer.armed0,
+        )
+    return Spec(
+        vector_field=GradientFlow(),
+        solver=solver,
+        controller=make_controller(setup.rtol, setup.atol),
+        save_fn=save_point,
+        # read at call time, so tests can make chunks small
+        chunk_steps=int(min(_loop.CHUNK_STEPS, setup.max_steps)),
+    )
+
+
+_loss = eqx.filter_jit(population_loss)
+
+
+def _event_record(observer: Observer, crossing: Crossing, chain) -> EventRecord:
+    loss = float(_loss(jax.tree.map(jnp.asarray, crossing.y), chain))
+    return EventRecord(name=observer.names[crossing.index], t=crossing.t, loss=loss)
+
+
+def solve(
+    setup: _Setup,
+    observer: Observer,
+    *,
+    callbacks: Sequence[Callable] = (),
+    save_attention: bool | None = None,
+    progress: bool = True,
+) -> Trajectory:
+    """The one solve path of [`gradflow.integrate`][]: a validated call, an
+    [`Observer`][] (what is watched during the solve and found after it), the
+    host driving the chunks; returns the [`gradflow.Trajectory`][]."""
+    if save_attention is None:
+        save_attention = setup.chain.d <= MAX_SAVED_ATTENTION_D
+    settings = _settings(setup, observer, bool(save_attention))
+    checkpoint = _checkpointer(
+        setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT)
+    )
+    spec = _spec(setup, observer)
+    chain = setup.chain_dt
+    jdtype = setup.dtype
+    ts = jnp.asarray(setup.ts, jdtype)
+    state = init_state(
+        spec,
+        y0=setup.params0,
+        args=chain,
+        t0=jnp.asarray(0.0, jdtype),
+        t1=jnp.asarray(setup.t1, jdtype),
+        ts=ts,
+    )
+    records: list[EventRecord] = []
+    resumed_from = None
+    if checkpoint is not None and checkpoint.state is not None:
+        meta, arrays = checkpoint.state
+        state = unpack_state(arrays, state)
+        records = [EventRecord.from_dict(r) for r in meta["events"]]
+        resumed_from = float(state.t)
+
+    def on_crossings(new: list[Crossing]) -> None:
+        for crossing in new:
+            record = _event_record(observer, crossing, chain)
+            records.append(record)
+            for fn in callbacks:
+                fn(record, crossing.t, crossing.y)
+
+    def write(state, crossings, force):
+        if force or checkpoint.due():
+            meta = {"t_now": float(state.t), "events": [r.to_dict() for r in records]}
+            checkpoint.write(meta, pack_state(state))
+
+    with host_progress(setup.t1, enabled=progress, start=float(state.t)) as bar:
+        driven = drive(
+            spec,
+            state,
+            chain,
+            setup.ts,
+            setup.t1,
+            max_steps=setup.max_steps,
+            on_chunk=lambda s: bar.update(float(s.t)),
+            on_crossings=on_crossings,
+            checkpoint=None if checkpoint is None else write,
+            resumed_from=resumed_from,
+        )
+    traj = _trajectory(
+        setup,
+        settings=settings,
+        observer=observer,
+        driven=driven,
+        records=records,
+        save_attention=bool(save_attention),
+    )
+    if driven.interrupted:
+        raise _interrupted(traj, checkpoint)
+    return traj
+
+
+_save_point = eqx.filter_jit(save_point)
+
+
+def _saves(setup: _Setup, state: LoopState, ok: bool):
+    """The saved points reached, as NumPy arrays; a failed solve also keeps its
+    last finite state, so no computed work is lost (the one rule for the last
+    point)."""
+    filled = np.asarray(state.filled)
+    saved = jax.tree.map(lambda x: np.asarray(x)[filled], state.saved)
+    ts_out = setup.ts[filled]
+    keep = np.isfinite(saved["loss"])
+    saved = jax.tree.map(lambda x: x[keep], saved)
+    ts_out = ts_out[keep]
+    t_final = float(state.t)
+    if not ok and (ts_out.size == 0 or t_final > ts_out[-1]):
+        last = jax.tree.map(
+            np.asarray,
+            _save_point(jnp.asarray(t_final, setup.dtype), state.y, setup.chain_dt),
+        )
+        if np.isfinite(last["loss"]):
+            saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
+            ts_out = np.append(ts_out, t_final)
+    return ts_out, saved
+
+
+def _trajectory(
+    setup: _Setup,
+    *,
+    settings: dict,
+    observer: Observer,
+    driven: Driven,
+    records: list[EventRecord],
+    save_attention: bool,
+) -> Trajectory:
+    """The one place a [`gradflow.Trajectory`][] is built from a finished drive."""
+    state = driven.state
+    result = state.result
+    ok = bool(result == dfx.RESULTS.successful) and not driven.out_of_steps
+    if driven.out_of_steps:
+        result = dfx.RESULTS.max_steps_reached
+    ts_out, saved = _saves(setup, state, ok)
+    message = ""
+    if not ok and not driven.interrupted:
+        message = _failure_message(result, float(state.t), setup.t1, setup.max_steps)
+    if ok:
+        message = _check_descent(ts_out, saved["loss"], setup.rtol)
+        ok = not message
+    if driven.interrupted:
+        ok = False
+    stages, events, extras = (), tuple(records), {}
+    if observer.stages and ts_out.size >= 2:
+        found, boundaries, curves = stages_from_params(
+            ts_out, saved["params"], setup.chain, observer.thresholds
+        )
+        stages = tuple(found)
+        extras = {
+            k: np.asarray(v)
+            for k, v in curves.items()
+            if k not in ("loss", "grad_norm")
+        }
+        if save_attention:
+            extras["attention"] = _attention_at_saves(saved["params"], setup.chain_dt)
+        # The plateau boundaries are the saddle events located during the
+        # solve; the other stage boundaries are interpolated between saves.
+        derived = [e for e in boundaries if e.name not in SADDLE_EVENTS]
+        events = tuple(sorted(records + derived, key=lambda e: e.t))
+    stats = _stats(setup, state, driven)
+    return Trajectory(
         ts=ts_out,
-        loss=observed["loss"],
-        grad_norm=observed["grad_norm"],
-        params=observed["params"],
+        loss=saved["loss"],
+        grad_norm=saved["grad_norm"],
+        params=saved["params"],
         chain=setup.chain,
         settings=settings,
         stats=stats,
         ok=ok,
         message=message,
+        stages=stages,
+        events=events,
+        extras=extras,
     )
-    if sol.interrupted:
-        raise _interrupted(traj, checkpoint)
-    return traj
 
 
-_observe_jit = eqx.filter_jit(_observe)
+_attention_many = eqx.filter_jit(jax.vmap(attention, in_axes=(0, None)))
 
 
-def _outcome(sol, ts_out, loss, setup: _Setup, message: str):
-    """`(ok, message, stats)` of a finished solve. A solve that Diffrax calls
-    successful is checked for a rising loss ([`_check_descent`][])."""
-    ok = sol.ok
-    if ok:
-        message = _check_descent(ts_out, loss, setup.rtol)
-        ok = not message
-    stats = {
-        "num_steps": sol.num_steps,
-        "num_accepted_steps": sol.num_accepted_steps,
-        "num_rejected_steps": sol.num_rejected_steps,
-        "num_segments": sol.num_segments,
-        # Counted per segment (each restarts the solver) and summed. The event
-        # conditions' own gradients (one per step and per bisection iteration)
-        # are not counted: this is the vector field's count.
-        **sol.counts,
-        "resumed_from": sol.resumed_from,
+def _attention_at_saves(params: Params, chain: MarkovChain) -> np.ndarray:
+    """The `(T, d, d)` attention matrices at the saved points (one batch)."""
+    return np.asarray(_attention_many(jax.tree.map(jnp.asarray, params), chain))
+
+
+def _stats(setup: _Setup, state: LoopState, driven: Driven) -> dict[str, Any]:
+    solver = setup.solver
+    inner = state.solver_state
+    if isinstance(inner, WatchState):
+        inner = inner.inner
+    steps = {
+        "num_steps": int(state.num_steps),
+        "num_accepted_steps": int(state.num_accepted_steps),
+        "num_rejected_steps": int(state.num_rejected_steps),
+    }
+    return {
+        **steps,
+        # The event conditions' own gradients (one per step and per bisection
+        # iteration) are not counted: this is the vector field's count.
+        "num_grad_evals": _count_grad_evals(solver, steps, inner),
+        "num_hvps": _count_hvps(solver, inner),
+        "resumed_from": driven.resumed_from,
         "wall_time": time.perf_counter() - setup.start,
     }
-    return ok, message, stats
-
-
-def _meter_factory(progress: bool, t1: float) -> Callable:
-    def meter_factory(t_start, t_end):
-        if not progress:
-            return dfx.NoProgressMeter()
-        # One bar for all chunks (shared_progress_bar); the start fraction is
-        # an array, so a new chunk does not recompile.
-        return DelayedTqdmProgressMeter(start_fraction=np.asarray(t_start / t1, float))
-
-    return meter_factory
-
-
-def _counters(solver) -> Callable:
-    """Gradient evaluations and HVPs of one segment (summed by the loop)."""
-
-    def counters(seg_stats, solver_state):
-        return {
-            "num_grad_evals": _count_grad_evals(solver, seg_stats, solver_state),
-            "num_hvps": _count_hvps(solver, solver_state),
-        }
-
-    return counters

@@ -1,37 +1,24 @@
-r"""Stages of training and the events that bound them (SPEC section 4).
+r"""Stages of training, found from curves saved along a trajectory
+(SPEC section 4; definitions and thresholds in `docs/stages.md`).
 
-The definitions, with the reasoning behind each threshold, are in
-`docs/stages.md`. Four dimensionless rates are watched, each a derivative per
-unit of $\log t$ so that it reads the same on every plateau: the speed
-$s = t |\nabla L|^2 / (\log d - H_{\text{cond}})$, the attention-entropy rate
-$e$ (over $H(\pi)$), the attention-mass rate $\mu_k$ of each key token, and
-the direction rate $\rho_j$ of $\log(\sigma_{j+1}/\sigma_1)$ of $W_0$. The
-events are their threshold crossings:
+Two pure pieces:
 
-- `saddle_escape` / `saddle_entry`: $s$ rises through `escape_speed` / falls
-  through `entry_speed`;
-- `focus_start`: $e$ falls through `-focus_rate`; the focus token is
-  $k^* = \arg\max_k \mu_k$;
-- `focus_end`: $\mu_{k^*}$ falls through 0 (the focus token's mass peaks);
-- `new_direction_start` / `_end`: $\rho_j$ rises / falls through
-  `direction_rate` (start only while $\sigma_{j+1}/\sigma_1$ <
-  `direction_ratio`).
+- [`gradflow.observe`][] `(t, params, chain)`: every observable the detector
+  reads, at one point (jit- and vmap-able; the save function of
+  `integrate(stages=True)`): loss, $|\nabla L|$, the $\pi$-weighted attention
+  entropy, the attention mass per key token, all singular values and right
+  singular vectors of $W_0$, and their exact rates per unit of $\log t$ (one
+  `jax.jvp` along $-\nabla L$).
+- [`gradflow.detect_stages`][] `(ts, observations, chain=...)`: the stages
+  (typed [`gradflow.Stage`][] records) of those curves, on the host, with every
+  boundary interpolated between save points.
 
-Stages are intervals between these events: `condensation` from the start
-to the first saddle entry; `focus` from `focus_start` to `focus_end`;
-`dilution` from `focus_end` to the next saddle entry (or the next focus);
-`new_direction` from its start to its end, opening a new cycle. Stages of
-different kinds may overlap (a new direction often opens while attention
-refocuses).
-
-The same state machine, [`StageDetector`][], is driven either by the events
-located during the solve ([`gradflow.integrate_stages`][]) or by sampled curves
-([`gradflow.detect_stages`][]).
+[`gradflow.observe_params`][] evaluates `observe` over saved parameters (a
+trajectory saved without stages, an SGD run), and
+[`gradflow.stages_from_params`][] chains the two.
 """
 
-import copy
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -41,485 +28,614 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
-from ._diagnostics import attention_entropy
+from ._diagnostics import _point_diagnostics
 from ._model import Params, attention, population_loss
+from ._records import EventRecord
+from ._stage_types import STAGE_KINDS, Stage, StageThresholds
 
 
 _TINY = 1e-300
 
+# The keys detect_stages reads (observe returns more: the figures' scalars).
+DETECTOR_KEYS = ("loss", "att_entropy", "att_mass", "sv_ratio", "right_sv_W0")
 
-class StageThresholds(eqx.Module):
-    """Thresholds of the stage detector (see `docs/stages.md` for each).
 
-    **Arguments:**
+def observe(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
+    r"""Every observable of one point that stage detection and the figures read.
 
-    - `escape_speed`, `entry_speed`: a saddle is left when the speed $s$ rises
-      above `escape_speed` and entered when it falls below `entry_speed`
-      (hysteresis: `entry_speed < escape_speed`).
-    - `focus_rate`: focus starts when the attention entropy falls faster than
-      `focus_rate` (per unit $\\log t$, relative to $H(\\pi)$).
-    - `direction_rate`: a new direction opens while $\\sigma_{j+1}/\\sigma_1$
-      grows faster than $t^{\\text{direction\\_rate}}$.
-    - `direction_ratio`: ... and only if $\\sigma_{j+1}/\\sigma_1$ is still below
-      this (the direction is new, not one already open).
-    - `min_mass_change`: a focus (dilution) is recorded only if the focus
-      token's attention mass rose (fell) by at least this much.
+    Pure, jit- and vmap-able, the save function of `integrate(stages=True)`.
+    No `(d, d)` array is returned (the attention matrix is saved separately,
+    when asked for). With $n = \min(m, d)$:
+
+    | key | shape | meaning |
+    | --- | --- | --- |
+    | `loss`, `grad_norm` | `()` | $L$, $\lvert\nabla L\rvert$ |
+    | `att_entropy` | `()` | $H_A = \sum_i \pi_i H(A_{i\cdot})$ |
+    | `att_mass` | `(d,)` | $M_k = \sum_i \pi_i A_{ik}$: attention mass on key token $k$ |
+    | `sv_W0` | `(n,)` | singular values of $W_0$, decreasing |
+    | `sv_ratio` | `(n - 1,)` | $r_k = \sigma_{k+1}/\sigma_1$, $k = 1..n-1$ |
+    | `right_sv_W0` | `(n, d)` | every right singular vector of $W_0$ (largest entry $> 0$) |
+
+    plus the scalars of [`gradflow.diagnostics`][] (norms, `sv_W1`, stable
+    ranks, alignment cosines, `cos_v_pi`). `t` is accepted (the signature of
+    a Diffrax save function) and unused: the detector takes its rates from
+    the saved curves ([`gradflow.detect_stages`][]).
     """
-
-    escape_speed: float = 1e-2
-    entry_speed: float = 5e-3
-    focus_rate: float = 5e-2
-    direction_rate: float = 1.0
-    direction_ratio: float = 0.1
-    min_mass_change: float = 0.02
-
-    def __check_init__(self):
-        for name in (
-            "escape_speed",
-            "entry_speed",
-            "focus_rate",
-            "direction_rate",
-            "direction_ratio",
-            "min_mass_change",
-        ):
-            value = getattr(self, name)
-            if not (
-                isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-            ):
-                raise ValueError(
-                    f"StageThresholds.{name} must be finite and > 0, got {value!r}"
-                )
-        if self.entry_speed >= self.escape_speed:
-            raise ValueError(
-                "StageThresholds.entry_speed must be < escape_speed (hysteresis), got "
-                f"entry_speed = {self.entry_speed} and "
-                f"escape_speed = {self.escape_speed}"
-            )
-
-
-BUILTIN_EVENTS = (
-    "saddle_escape",
-    "saddle_entry",
-    "focus_start",
-    "focus_end",
-    "new_direction_start",
-    "new_direction_end",
-)
-
-
-def _log_sv_ratios(W0: Float[Array, "m d"]) -> Float[Array, " n1"]:
-    s = jnp.linalg.svd(W0, compute_uv=False)
-    return jnp.log(jnp.maximum(s[1:], _TINY)) - jnp.log(jnp.maximum(s[0], _TINY))
-
-
-def monitor(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
-    r"""The dimensionless rates the stage detector reads, at one point.
-
-    **Returns:** a dict with `loss`, `speed` $s$, `entropy_rate` $e$,
-    `mass_rate` $\mu$ (shape `(d,)`), `sv_rate` $\rho$ (shape
-    `(min(m, d) - 1,)`, entry `j` for $\sigma_{j+2}/\sigma_1$... i.e. entry 0 is
-    $\sigma_2/\sigma_1$) and `sv_ratio` ($\sigma_{j+2}/\sigma_1$, same shape).
-    Every derivative is exact: one `jax.jvp` along the velocity $-\nabla L$.
-    """
+    del t
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
-    velocity = jax.tree.map(jnp.negative, grad)
-    grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
-
-    def observe(p):
-        A = attention(p, chain)
-        return attention_entropy(A, chain.pi), chain.pi @ A, _log_sv_ratios(p.W0)
-
-    (_, _, log_ratios), (dH, dM, dlogr) = jax.jvp(observe, (params,), (velocity,))
-    loss_range = jnp.log(chain.d) - chain.conditional_entropy
-    return {
-        "loss": loss,
-        "speed": t * grad_sq / loss_range,
-        "entropy_rate": t * dH / chain.unigram_entropy,
-        "mass_rate": t * dM,
-        "sv_rate": t * dlogr,
-        "sv_ratio": jnp.exp(log_ratios),
-    }
+    A = attention(params, chain)
+    out = _point_diagnostics(params, chain, loss, grad, A)
+    s = out["sv_W0"]
+    out["sv_ratio"] = s[1:] / jnp.maximum(s[0], _TINY)
+    return out
 
 
-def condition_values(
-    mon: dict[str, Any], focus_token, direction_index, thresholds: StageThresholds
-) -> list:
-    """The six built-in conditions (in the order of `BUILTIN_EVENTS`), each
-    firing when it rises through zero. Works on JAX and NumPy values alike."""
-    th = thresholds
-    sv_rate = mon["sv_rate"]
-    # Width 1 (or d = 1 direction): no second singular value, so no new direction.
-    rho = (
-        sv_rate[..., direction_index]
-        if sv_rate.shape[-1] > 0
-        else -1.0 + 0 * mon["speed"]
-    )
-    return [
-        mon["speed"] - th.escape_speed,
-        th.entry_speed - mon["speed"],
-        -th.focus_rate - mon["entropy_rate"],
-        -mon["mass_rate"][..., focus_token],
-        rho - th.direction_rate,
-        th.direction_rate - rho,
-    ]
+@eqx.filter_jit
+def _observe_many(ts, params: Params, chain: MarkovChain):
+    # Module level, chain as an argument: one compilation per shape and dtype,
+    # not one per call (or per chain).
+    return jax.vmap(observe, in_axes=(0, 0, None))(ts, params, chain)
 
 
-class StageDetector:
-    """The state machine that turns events into stages.
+def observe_params(
+    ts, params: Params, chain: MarkovChain, *, batch: int = 512
+) -> dict[str, np.ndarray]:
+    r"""[`gradflow.observe`][] at every saved point: `params` with a leading
+    time axis of length `len(ts)` (a trajectory's `traj.params`, an SGD run's).
 
-    Drive it with [`StageDetector.fire`][] (an event name, its time and the
-    monitored values there) and read `stages`, `events` and `active()` (which
-    built-in conditions are switched on now). `focus_token` and
-    `direction_index` are the data the conditions need.
-
-    **Arguments:**
-
-    - `d`: vocabulary size; `num_directions`: how many ratios
-      $\\sigma_{j+1}/\\sigma_1$ exist (`min(m, d) - 1`).
-    - `t0`, `loss0`: where the trajectory starts; `log_d`, `unigram`: the loss
-      levels $\\log d$ and $H(\\pi)$ (condensation is only recorded for a start
-      closer to $\\log d$ than to $H(\\pi)$).
-    - `thresholds`: a [`gradflow.StageThresholds`][].
-    - `labels`: token labels (for the records).
+    Evaluated in batches of `batch` saves (the last one padded, so one
+    compilation serves every length). **Returns:** a dict of NumPy arrays with
+    a leading time axis.
     """
+    ts = np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.shape[0] != np.shape(params.W0)[0]:
+        raise ValueError(
+            f"ts must be one time per saved point: got ts of shape {ts.shape} and "
+            f"params with {np.shape(params.W0)[0]} points"
+        )
+    dtype = jnp.asarray(params.W0).dtype
+    chain_dt = jax.tree.map(lambda x: jnp.asarray(x, dtype), chain)
+    T = ts.shape[0]
+    size = min(batch, T)
+    chunks = []
+    for lo in range(0, T, size):
+        hi = min(lo + size, T)
+        idx = np.minimum(np.arange(lo, lo + size), hi - 1)
+        out = _observe_many(
+            jnp.asarray(ts[idx], dtype),
+            jax.tree.map(lambda x, i=idx: jnp.asarray(x)[i], params),
+            chain_dt,
+        )
+        chunks.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
-    def __init__(
-        self,
-        d: int,
-        num_directions: int,
-        *,
-        t0: float,
-        loss0: float,
-        log_d: float,
-        unigram: float,
-        thresholds: StageThresholds,
-        labels: Sequence[str] | None = None,
-    ):
-        self.d = d
-        self.num_directions = num_directions
-        self.thresholds = thresholds
-        self.labels = list(labels) if labels is not None else [str(k) for k in range(d)]
-        self.stages: list[dict] = []
-        self.events: list[dict] = []
-        self.in_saddle = True
-        self.cycle = 1
-        self.focus_token = 0
-        self.direction_index = 0
-        self.open: dict[str, dict] = {}
-        if loss0 > 0.5 * (log_d + unigram):
-            self._open("condensation", t0, loss0, [])
 
-    # -- checkpoints -----------------------------------------------------------
+# -- detection on saved curves ------------------------------------------------
 
-    _STATE = (
-        "stages",
-        "events",
-        "in_saddle",
-        "cycle",
-        "focus_token",
-        "direction_index",
-        "open",
-    )
 
-    def state_dict(self) -> dict:
-        """The detector's mutable state, JSON-able (for checkpoints)."""
-        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
+def _log_time(ts: np.ndarray) -> np.ndarray:
+    # t = 0 (the first save) sits one grid step before the first positive time
+    u = np.log(np.where(ts > 0, ts, np.nan))
+    if ts[0] <= 0 and ts.shape[0] > 2:
+        u[0] = 2 * u[1] - u[2]
+    return u
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restores a state from [`StageDetector.state_dict`][]."""
-        missing = [k for k in self._STATE if k not in state]
-        if missing:
-            raise ValueError(f"stage detector state lacks {missing}")
-        for k in self._STATE:
-            setattr(self, k, copy.deepcopy(state[k]))
 
-    # -- records ---------------------------------------------------------------
+def secant_rate(u: np.ndarray, y: np.ndarray, window: float) -> np.ndarray:
+    r"""$\frac{dy}{d\log t}$ at every save, as the secant over a window of
+    `window` e-folds of $t$ centred on it (narrower at the two ends), with `y`
+    interpolated linearly in $u = \log t$ between saves. Rates measured this
+    way resolve what the saves resolve; an oscillation faster than the window
+    (the attention entropy of late cycles oscillates with a period of about
+    1 % of $t$, below the save spacing) averages out instead of aliasing."""
+    lo = np.maximum(u - window / 2, u[0])
+    hi = np.minimum(u + window / 2, u[-1])
 
-    def _open(self, name, t, loss, tokens, **extra):
-        self.open[name] = {
-            "name": name,
-            "cycle": self.cycle,
-            "t_start": float(t),
-            "t_end": math.nan,
-            "loss_start": float(loss),
-            "loss_end": math.nan,
-            "tokens": [int(k) for k in tokens],
-            "token_labels": [self.labels[int(k)] for k in tokens],
-            "complete": False,
-            **extra,
-        }
+    def interp(x):
+        i = np.clip(np.searchsorted(u, x, side="right") - 1, 0, u.shape[0] - 2)
+        f = (x - u[i]) / (u[i + 1] - u[i])
+        f = f.reshape(f.shape + (1,) * (y.ndim - 1))
+        return y[i] + f * (y[i + 1] - y[i])
 
-    def _close(self, name, t, loss, **extra):
-        stage = self.open.pop(name, None)
-        if stage is None:
-            return
-        stage.update(t_end=float(t), loss_end=float(loss), complete=True, **extra)
-        if stage.pop("counted", True):
-            self.stages.append(stage)
+    span = (hi - lo).reshape((-1,) + (1,) * (y.ndim - 1))
+    return (interp(hi) - interp(lo)) / span
 
-    def finish(self, t, loss, info: dict | None = None) -> list[dict]:
-        """Closes the stages still open at the end (`complete = False`) and
-        returns all stages sorted by start time."""
-        for name in list(self.open):
-            stage = self.open.pop(name)
-            stage.update(t_end=float(t), loss_end=float(loss))
-            if name == "new_direction" and info is not None:
-                stage.update(self._direction_info(info))
-            if name in ("focus", "dilution") and info is not None:
-                mass = float(np.asarray(info["att_mass"])[self.focus_token])
-                stage["mass_end"] = mass
-                change = mass - stage["mass_start"]
-                if name == "dilution":
-                    change = -change
-                if change < self.thresholds.min_mass_change:
-                    stage["counted"] = False
-            if stage.pop("counted", True):
-                self.stages.append(stage)
-        self.stages.sort(key=lambda s: (s["t_start"], s["name"]))
-        return self.stages
 
-    # -- machine ---------------------------------------------------------------
+class _Curves:
+    r"""Saved curves with interpolation between saves (linear in $\log t$),
+    and the four rates per unit $\log t$ the stages are defined by."""
 
-    def active(self) -> np.ndarray:
-        """Which of `BUILTIN_EVENTS` can fire now."""
-        has_dir = self.direction_index < self.num_directions
-        return np.array(
-            [
-                self.in_saddle,
-                not self.in_saddle,
-                "focus" not in self.open,
-                "focus" in self.open,
-                has_dir and "new_direction" not in self.open,
-                has_dir and "new_direction" in self.open,
-            ]
+    def __init__(self, ts, obs: Mapping[str, np.ndarray], chain, window: float):
+        self.ts = ts
+        self.u = _log_time(ts)
+        self.obs = dict(obs)
+        self.window = window
+        u = self.u.copy()
+        if not np.isfinite(u[0]):  # two saves only after t = 0
+            u[0] = u[1] - 1.0
+        loss_range = np.log(chain.d) - float(chain.conditional_entropy)
+        log_r = np.log(np.maximum(obs["sv_ratio"], _TINY))
+        self.obs.update(
+            speed=-secant_rate(u, obs["loss"], window) / loss_range,
+            entropy_rate=secant_rate(u, obs["att_entropy"], window)
+            / float(chain.unigram_entropy),
+            mass_rate=secant_rate(u, obs["att_mass"], window),
+            sv_rate=secant_rate(u, log_r, window),
         )
 
-    def _direction_info(self, info):
-        v = info.get("right_sv", info.get("right_sv_W0"))
-        j = self.direction_index + 1
-        if v is None or j >= len(v):
-            return {}
-        v = np.asarray(v[j])
-        # The two tokens the new direction pulls furthest apart.
-        tokens = [int(np.argmax(v)), int(np.argmin(v))]
-        return {
-            "tokens": [int(k) for k in tokens],
-            "token_labels": [self.labels[int(k)] for k in tokens],
-            "direction": [float(x) for x in v],
-        }
+    def time(self, i: int, f: float) -> float:
+        if f <= 0:
+            return float(self.ts[i])
+        if f >= 1:
+            return float(self.ts[i + 1])
+        if self.ts[i] <= 0:
+            return float(self.ts[i] + f * (self.ts[i + 1] - self.ts[i]))
+        return float(np.exp(self.u[i] + f * (self.u[i + 1] - self.u[i])))
 
-    def fire(self, name: str, t: float, info: dict) -> dict:
-        """Applies one built-in event. `info` holds the monitored values at `t`
-        (`loss`, `mass_rate`, `att_mass`, `sv_ratio`, optionally
-        `right_sv`). Returns the event record."""
-        loss = float(info["loss"])
-        record = {"name": name, "t": float(t), "loss": loss}
-        if name == "saddle_escape":
-            self.in_saddle = False
-        elif name == "saddle_entry":
-            self.in_saddle = True
-            self._close("condensation", t, loss)
-            self._end_dilution(t, info)
-        elif name == "focus_start":
-            k = int(np.argmax(np.asarray(info["mass_rate"])))
-            self._close("condensation", t, loss)
-            self._end_dilution(t, info)
-            self.focus_token = k
-            mass = float(np.asarray(info["att_mass"])[k])
-            self._open("focus", t, loss, [k], mass_start=mass)
-            record["token"] = k
-        elif name == "focus_end":
-            k = self.focus_token
-            mass = float(np.asarray(info["att_mass"])[k])
-            stage = self.open.get("focus", {})
-            # A focus that moved less than min_mass_change of attention mass onto
-            # its token is drift, not a stage; it opens no dilution either.
-            counted = (
-                mass - stage.get("mass_start", -np.inf)
-                >= self.thresholds.min_mass_change
-            )
-            if not counted:
-                stage["counted"] = False
-                record["name"] = "focus_drift_end"
-            self._close("focus", t, loss, mass_end=mass)
-            if counted:
-                self._open("dilution", t, loss, [k], mass_start=mass)
-                # A dilution belongs to its focus's cycle, even if a new
-                # direction opened the next cycle meanwhile.
-                self.open["dilution"]["cycle"] = stage["cycle"]
-            record["token"] = k
-        elif name == "new_direction_start":
-            j = self.direction_index
-            ratio = float(np.asarray(info["sv_ratio"])[j])
-            counted = ratio < self.thresholds.direction_ratio
-            record["sv_ratio"] = ratio
-            if counted:
-                self.cycle += 1
+    def position(self, u: float) -> tuple[int, float]:
+        """`(i, f)` of the log time `u`."""
+        i = int(
+            np.clip(np.searchsorted(self.u, u, side="right") - 1, 0, len(self.u) - 2)
+        )
+        return i, float(np.clip((u - self.u[i]) / (self.u[i + 1] - self.u[i]), 0, 1))
+
+    def refine_max(self, y: np.ndarray, p: tuple[int, float]) -> tuple[int, float]:
+        r"""The maximum of the saved curve `y` near `p` (a zero of its secant
+        rate, which an asymmetric peak shifts by a fraction of the window):
+        the largest save within one window of `p`, refined by the parabola
+        through it and its two neighbours (in $\log t$)."""
+        u0 = self.u[p[0]] + p[1] * (self.u[p[0] + 1] - self.u[p[0]])
+        near = np.flatnonzero(np.abs(self.u - u0) <= self.window)
+        near = near[(near > 0) & (near < len(self.u) - 1)]
+        if near.size == 0:
+            return p
+        j = int(near[np.argmax(y[near])])
+        x = self.u[j - 1 : j + 2] - self.u[j]
+        a, b, _ = np.polyfit(x, y[j - 1 : j + 2], 2)
+        vertex = -b / (2 * a) if a < 0 else 0.0
+        vertex = float(np.clip(vertex, x[0], x[2]))
+        return self.position(self.u[j] + vertex)
+
+    def at(self, y: np.ndarray, i: int, f: float):
+        if f <= 0 or i + 1 >= y.shape[0]:
+            return y[i]
+        return y[i] + f * (y[i + 1] - y[i])
+
+    def crossings(self, y: np.ndarray, level: float, up: bool, lo: int = 0):
+        """`(i, f)` of every crossing of `level` by `y` (upwards or downwards),
+        from save `lo` on: `y[i] <= level < y[i+1]` (or the mirror), at the
+        fraction `f` of that interval."""
+        z = (y - level) if up else (level - y)
+        a, b = z[lo:-1], z[lo + 1 :]
+        idx = np.flatnonzero((a <= 0) & (b > 0))
+        return [(int(i) + lo, self._root(z, int(i) + lo)) for i in idx]
+
+    def _root(self, z: np.ndarray, i: int) -> float:
+        r"""Where `z` (with `z[i] <= 0 < z[i+1]`) crosses 0 in `[t_i, t_{i+1}]`,
+        as a fraction of the interval in $\log t$: the root of the cubic through
+        the saves `i-1 .. i+2` (quadratic or linear at the ends), kept only if
+        it lies in the interval and the cubic is monotone there; otherwise the
+        linear root."""
+        linear = float(z[i] / (z[i] - z[i + 1]))
+        j = np.arange(max(i - 1, 0), min(i + 3, z.shape[0]))
+        if j.shape[0] < 3 or not np.isfinite(self.u[j]).all():
+            return linear
+        x = (self.u[j] - self.u[i]) / (self.u[i + 1] - self.u[i])
+        coef = np.polyfit(x, z[j], j.shape[0] - 1)
+        grid = np.linspace(0.0, 1.0, 9)
+        vals = np.polyval(coef, grid)
+        if not (np.diff(vals) >= 0).all():
+            return linear
+        lo, hi = 0.0, 1.0
+        for _ in range(40):  # bisection on a monotone cubic
+            mid = 0.5 * (lo + hi)
+            if np.polyval(coef, mid) > 0:
+                hi = mid
             else:
-                record["name"] = "sv_growth_start"
-            self._open("new_direction", t, loss, [], counted=counted, sv_index=j + 1)
-        elif name == "new_direction_end":
-            stage = self.open.get("new_direction", {})
-            j = self.direction_index
-            if stage.get("counted", True) and (
-                float(np.asarray(info["sv_ratio"])[j]) < self.thresholds.direction_ratio
-            ):
-                # The growth paused before the direction opened (ratio still
-                # below direction_ratio): the stage stays open; the condition
-                # fires again when the growth resumes and then slows down.
-                record["name"] = "new_direction_pause"
-                self.events.append(record)
-                return record
-            if not stage.get("counted", True):
-                record["name"] = "sv_growth_end"
-            self._close("new_direction", t, loss, **self._direction_info(info))
-            self.direction_index += 1
-            j = self.direction_index
-            # The next direction may already be opening (it started while this
-            # one was still growing): then its stage starts now.
-            if (
-                j < self.num_directions
-                and float(np.asarray(info["sv_rate"])[j])
-                > self.thresholds.direction_rate
-            ):
-                self.events.append(record)
-                return self.fire("new_direction_start", t, info)
+                lo = mid
+        return 0.5 * (lo + hi)
+
+    def first_crossing(self, y, level, up, after: tuple[int, float]):
+        """The first crossing strictly after the point `after = (i, f)`."""
+        i0, f0 = after
+        for i, f in self.crossings(y, level, up, lo=i0):
+            if (i, f) > (i0, f0):
+                return i, f
+        return None
+
+
+def _key(c, p):
+    return c.time(*p)
+
+
+def _plateaus(c: _Curves, th: StageThresholds):
+    """Hysteresis on the speed: `[(entry, escape or None)]` (as `(i, f)`), and
+    the first escape (the start leaves the saddle at the origin)."""
+    speed = c.obs["speed"]
+    out, in_saddle, pos = [], True, (0, -1.0)
+    first_escape = None
+    entry = None
+    while True:
+        if in_saddle:
+            nxt = c.first_crossing(speed, th.escape_speed, True, pos)
+            if nxt is None:
+                if entry is not None:
+                    out.append((entry, None))
+                return out, first_escape
+            if entry is not None:
+                out.append((entry, nxt))
+            elif first_escape is None:
+                first_escape = nxt
+            in_saddle, pos, entry = False, nxt, None
         else:
-            raise ValueError(
-                f"unknown built-in event {name!r}; one of {BUILTIN_EVENTS}"
+            nxt = c.first_crossing(speed, th.entry_speed, False, pos)
+            if nxt is None:
+                return out, first_escape
+            in_saddle, pos, entry = True, nxt, nxt
+
+
+def _top_tokens(weights: np.ndarray, share: float) -> list[int]:
+    """The fewest tokens, by weight, carrying `share` of the positive weight."""
+    order = np.argsort(-weights, kind="stable")
+    pos = np.maximum(weights[order], 0.0)
+    total = pos.sum()
+    if total <= 0:
+        return []
+    n = int(np.searchsorted(np.cumsum(pos), share * total - 1e-15 * total)) + 1
+    return [int(k) for k in order[: min(n, int((pos > 0).sum()))]]
+
+
+def _focus_episodes(c: _Curves, th: StageThresholds, H_pi: float):
+    """Each fall of the attention entropy: it starts when the entropy rate
+    falls through `-focus_rate`, its tokens are read where the entropy falls
+    fastest, and it ends where their mass peaks or the entropy bottoms out,
+    whichever comes first. Returns dicts of `(i, f)` points and tokens."""
+    e = c.obs["entropy_rate"]
+    mass, rate = c.obs["att_mass"], c.obs["mass_rate"]
+    H = c.obs["att_entropy"]
+    T = e.shape[0]
+    out, pos = [], (0, -1.0)
+    while True:
+        start = c.first_crossing(e, -th.focus_rate, False, pos)
+        if start is None:
+            return out
+        bottom = c.first_crossing(e, 0.0, True, start)
+        last = bottom[0] + 1 if bottom is not None else T - 1
+        lo = start[0] + 1
+        if lo > last:  # the whole fall lies between two saves
+            lo = last
+        steepest = lo + int(np.argmin(e[lo : last + 1]))
+        tokens = _top_tokens(rate[steepest], th.token_share)
+        end, complete = bottom, bottom is not None
+        if tokens:
+            peak = c.first_crossing(
+                rate[:, tokens].sum(axis=1), 0.0, False, (steepest - 1, 1.0)
             )
-        self.events.append(record)
-        return record
+            if peak is not None:
+                peak = c.refine_max(mass[:, tokens].sum(axis=1), peak)
+            if peak is not None and (bottom is None or peak < bottom):
+                end, complete = peak, True
+        if end is None:
+            end = (T - 1, 0.0)
+        gain = c.at(mass, *end) - c.at(mass, *start)
+        tokens = sorted([k for k in tokens if gain[k] > 0], key=lambda k: -gain[k])
+        drop = c.at(H, *start) - c.at(H, *end)
+        out.append(
+            dict(
+                start=start,
+                end=end,
+                complete=complete,
+                tokens=tokens,
+                mass_gain=float(gain[tokens].sum()) if tokens else 0.0,
+                entropy_drop=float(drop) / H_pi,
+            )
+        )
+        pos = end if bottom is None or end > bottom else bottom
+        if pos[0] >= T - 1:
+            return out
 
-    def _end_dilution(self, t, info):
-        stage = self.open.get("dilution")
-        if stage is not None:
-            mass = float(np.asarray(info["att_mass"])[self.focus_token])
-            if stage["mass_start"] - mass < self.thresholds.min_mass_change:
-                stage["counted"] = False
-            self._close("dilution", t, float(info["loss"]), mass_end=mass)
+
+def _bursts(c: _Curves, rho: np.ndarray, rate: float):
+    """Maximal intervals where `rho > rate`, as `(start, end or None)`."""
+    ups = c.crossings(rho, rate, True)
+    downs = c.crossings(rho, rate, False)
+    out = []
+    if rho[0] > rate:
+        ups = [(0, 0.0)] + ups
+    for a in ups:
+        b = next((d for d in downs if d > a), None)
+        if out and out[-1][1] is not None and a < out[-1][1]:
+            continue
+        out.append((a, b))
+    return out
 
 
-def _interp(a, i, f):
-    a = np.asarray(a)
-    return a[i] + f * (a[i + 1] - a[i]) if f > 0 else a[i]
+def _openings(c: _Curves, th: StageThresholds, k: int):
+    """The openings of $r_k = \\sigma_{k+1}/\\sigma_1$: each upward crossing of
+    `direction_open` after the ratio was below `direction_low`, widened to the
+    growth bursts ($\rho_k >$ `direction_rate`) around its two ends; plus a
+    burst still running at the end that started below `direction_low`."""
+    r, rho = c.obs["sv_ratio"][:, k], c.obs["sv_rate"][:, k]
+    bursts = _bursts(c, rho, th.direction_rate)
+
+    def burst_at(p):
+        for a, b in bursts:
+            if a <= p and (b is None or p <= b):
+                return a, b
+        return None
+
+    out = []
+    highs = c.crossings(r, th.direction_open, True)
+    lows = c.crossings(r, th.direction_low, True)
+    done = (0, -1.0)
+    for hi in highs:
+        lo = max((p for p in lows if done < p <= hi), default=None)
+        if lo is None:
+            continue  # it was not below direction_low since the last opening
+        b_lo, b_hi = burst_at(lo), burst_at(hi)
+        start = b_lo[0] if b_lo is not None else lo
+        end = b_hi[1] if b_hi is not None else hi
+        if b_hi is not None and b_hi[1] is None:
+            end = None
+        out.append((start, end, lo, hi))
+        done = hi
+        if end is None:
+            return out
+    # a direction opening at the last save: a burst that began below
+    # direction_low and is still running
+    if bursts and bursts[-1][1] is None:
+        a = bursts[-1][0]
+        if a > done and c.at(r, *a) < th.direction_low:
+            out.append((a, None, None, None))
+    return out
+
+
+def _check_observations(ts, observations, chain):
+    missing = [k for k in DETECTOR_KEYS if k not in observations]
+    if missing:
+        raise ValueError(
+            f"observations lack {missing}: pass the dict of gradflow.observe "
+            "(or observe_params) evaluated at every time of ts"
+        )
+    ts = np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.shape[0] < 3 or not (np.diff(ts) > 0).all():
+        raise ValueError(
+            f"ts must hold at least three strictly increasing times, got shape "
+            f"{ts.shape}"
+        )
+    obs = {k: np.asarray(observations[k], dtype=np.float64) for k in DETECTOR_KEYS}
+    for k, v in obs.items():
+        if v.shape[:1] != ts.shape:
+            raise ValueError(
+                f"observations[{k!r}] must have one entry per time of ts "
+                f"({ts.shape[0]}), got shape {v.shape}"
+            )
+    d = obs["att_mass"].shape[1]
+    if d != chain.d:
+        raise ValueError(f"observations have {d} tokens but chain has d = {chain.d}")
+    # a solve that stopped early pads its saves with non-finite values
+    keep = np.isfinite(obs["loss"])
+    if not keep.all():
+        n = int(np.argmin(keep))
+        ts = ts[:n]
+        obs = {k: v[:n] for k, v in obs.items()}
+        if ts.shape[0] < 3:
+            raise ValueError("observations hold fewer than three finite saves")
+    return ts, obs
 
 
 def detect_stages(
     ts: Float[Array, " T"],
+    observations: Mapping[str, Any],
     *,
-    loss,
-    speed,
-    entropy_rate,
-    mass_rate,
-    sv_rate,
-    sv_ratio,
-    att_mass,
-    right_sv=None,
-    log_d: float,
-    unigram: float,
+    chain: MarkovChain,
     thresholds: StageThresholds | None = None,
     labels: Sequence[str] | None = None,
-) -> tuple[list[dict], list[dict]]:
-    r"""Stages of sampled curves: the event machine run on piecewise-linear data.
+) -> tuple[Stage, ...]:
+    r"""The stages of a trajectory, from the observations saved along it.
 
-    Runs the same [`StageDetector`][] as [`gradflow.integrate_stages`][], with
-    each event time found by linear interpolation between samples instead of a
-    root find on the solver's interpolant. Useful on saved trajectories and on
-    synthetic curves.
+    Pure host code (NumPy): every boundary is a threshold crossing of a saved
+    curve, located by linear interpolation (in $\log t$) between the two saves
+    around it. The definitions are in `docs/stages.md`; in short:
 
-    **Arguments:** the monitored curves at times `ts` (shape `(T,)`):
-    `loss`, `speed`, `entropy_rate` of shape `(T,)`; `mass_rate`, `att_mass` of
-    shape `(T, d)`; `sv_rate`, `sv_ratio` of shape `(T, n)`; optionally
-    `right_sv` of shape `(T, k, d)`. `log_d`, `unigram`: the loss levels
-    $\log d$ and $H(\pi)$.
+    - `condensation`: from the start (if the loss starts nearer $\log d$ than
+      $H(\pi)$) to the first plateau;
+    - `plateau`: from the speed $s$ falling through `entry_speed` to its rising
+      through `escape_speed`;
+    - `focus`: from the entropy rate falling through `-focus_rate` to the peak
+      of the attention mass of its tokens (or the entropy's minimum, if that
+      comes first), recorded if the entropy fell by `min_entropy_drop`
+      $H(\pi)$ and the mass of its tokens rose by `min_mass_change`;
+    - `dilution`: from a focus's end to the next plateau or focus, recorded if
+      the mass of the focus tokens fell by `min_mass_change`;
+    - `new_direction`: for every $k$, each opening of $\sigma_{k+1}/\sigma_1$
+      of $W_0$ from below `direction_low` to above `direction_open`, widened
+      to the growth bursts ($\rho_k >$ `direction_rate`) around it.
 
-    **Returns:** `(stages, events)`, lists of dicts.
+    **Arguments:**
+
+    - `ts`: the save times, shape `(T,)`, strictly increasing.
+    - `observations`: the dict of [`gradflow.observe`][] at every time of `ts`
+      (leading axis `T`), e.g. from [`gradflow.observe_params`][] or a
+      trajectory's `extras`. Non-finite trailing saves (a solve that stopped
+      early) are ignored.
+    - `chain`: the [`gradflow.MarkovChain`][] (its $H(\pi)$ and $\log d$).
+    - `thresholds`: a [`gradflow.StageThresholds`][] (defaults when `None`).
+    - `labels`: token labels (default `chain.tokens`, else `"0"`, `"1"`, ...).
+
+    **Returns:** a tuple of [`gradflow.Stage`][], sorted by start time.
     """
-    ts = np.asarray(ts, dtype=np.float64)
+    th = StageThresholds() if thresholds is None else thresholds
+    if not isinstance(th, StageThresholds):
+        raise TypeError(
+            f"thresholds must be a gradflow.StageThresholds, got {type(th).__name__}"
+        )
+    if not isinstance(chain, MarkovChain):
+        raise TypeError(
+            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}"
+        )
+    ts, obs = _check_observations(ts, observations, chain)
+    if labels is None:
+        labels = chain.tokens or [str(k) for k in range(chain.d)]
+    labels = [str(x) for x in labels]
+    if len(labels) != chain.d:
+        raise ValueError(f"labels must have d = {chain.d} entries, got {len(labels)}")
+    c = _Curves(ts, obs, chain, th.rate_window)
     T = ts.shape[0]
-    curves = {
-        "loss": np.asarray(loss, dtype=np.float64),
-        "speed": np.asarray(speed, dtype=np.float64),
-        "entropy_rate": np.asarray(entropy_rate, dtype=np.float64),
-        "mass_rate": np.asarray(mass_rate, dtype=np.float64),
-        "sv_rate": np.asarray(sv_rate, dtype=np.float64),
-        "sv_ratio": np.asarray(sv_ratio, dtype=np.float64),
-        "att_mass": np.asarray(att_mass, dtype=np.float64),
-    }
-    if right_sv is not None:
-        curves["right_sv"] = np.asarray(right_sv, dtype=np.float64)
-    for name, value in curves.items():
-        if value.shape[:1] != (T,):
-            raise ValueError(
-                f"{name} must have {T} samples along its first axis (one per time), "
-                f"got shape {value.shape}"
-            )
-    if T < 2 or not (np.diff(ts) > 0).all():
-        raise ValueError("ts must hold at least two strictly increasing times")
-    thresholds = StageThresholds() if thresholds is None else thresholds
-    d = curves["mass_rate"].shape[1]
-    det = StageDetector(
-        d,
-        curves["sv_rate"].shape[1],
-        t0=ts[0],
-        loss0=curves["loss"][0],
-        log_d=log_d,
-        unigram=unigram,
-        thresholds=thresholds,
-        labels=labels,
-    )
-    mask = det.active()
-    last = max(curves["sv_rate"].shape[1] - 1, 0)  # (conditions past it are off)
+    loss, H, mass = obs["loss"], obs["att_entropy"], obs["att_mass"]
+    H_pi = float(chain.unigram_entropy)
+    log_d = float(np.log(chain.d))
+    last = (T - 1, 0.0)
 
-    def at(i, f):
-        return {k: _interp(v, i, f) for k, v in curves.items()}
-
-    def conds(i, f):
-        return np.array(
-            condition_values(
-                at(i, f), det.focus_token, min(det.direction_index, last), thresholds
-            ),
-            dtype=np.float64,
+    def rec(name, cycle, a, b, tokens=(), complete=True, **extra):
+        b = last if b is None else b
+        return dict(
+            name=name,
+            cycle=cycle,
+            t_start=c.time(*a),
+            t_end=c.time(*b),
+            loss_start=c.at(loss, *a),
+            loss_end=c.at(loss, *b),
+            tokens=tuple(tokens),
+            token_labels=tuple(labels[k] for k in tokens),
+            complete=complete,
+            **extra,
         )
 
-    i, f = 0, 0.0
-    skip = None
-    while i < T - 1:
-        old = conds(i, f)
-        new = conds(i + 1, 0.0)
-        can = mask & (old <= 0) & (new > 0)
-        if skip is not None and skip[0] == i:
-            can[skip[1]] = False
-        if not can.any():
-            i, f = i + 1, 0.0
-            continue
-        # Root of each crossing condition on this (linear) piece; the earliest wins.
-        frac = np.where(can, old / np.where(can, old - new, 1.0), np.inf)
-        k = int(np.argmin(frac))
-        f_event = f + (1.0 - f) * float(frac[k])
-        t_event = ts[i] + f_event * (ts[i + 1] - ts[i])
-        det.fire(BUILTIN_EVENTS[k], t_event, at(i, f_event))
-        mask = det.active()
-        # Restarting on its own root must not fire it again: off for the rest
-        # of this piece (after it, it must first cross back).
-        if f_event >= 1.0:
-            i, f = i + 1, 0.0
+    # new directions first: they number the cycles
+    directions = []
+    n = obs["sv_ratio"].shape[1]
+    V = obs["right_sv_W0"]
+    for k in range(n):
+        for a, b, _, _ in _openings(c, th, k):
+            directions.append((a, b, k))
+    directions.sort(key=lambda x: (x[0], x[2]))
+    cycle_starts, open_until, cycles = [], None, []
+    for a, b, _ in directions:
+        if open_until is None or a > open_until:  # a new cycle
+            cycle_starts.append(a)
+        cycles.append(len(cycle_starts) + 1)
+        if b is None:
+            open_until = (T, 0.0)
         else:
-            f = f_event
-        skip = (i, k)
-    stages = det.finish(ts[-1], curves["loss"][-1], at(T - 2, 1.0) if T > 1 else None)
-    return stages, det.events
+            open_until = b if open_until is None else max(open_until, b)
+
+    def cycle_at(p):
+        return 1 + sum(1 for s in cycle_starts if s <= p)
+
+    records = []
+    for (a, b, k), cyc in zip(directions, cycles):
+        v = c.at(V[:, k + 1], *(last if b is None else b))
+        tokens = [int(np.argmax(v)), int(np.argmin(v))]
+        r = obs["sv_ratio"][:, k]
+        records.append(
+            rec(
+                "new_direction",
+                cyc,
+                a,
+                b,
+                tokens,
+                complete=b is not None,
+                sv_index=k + 1,
+                ratio_start=c.at(r, *a),
+                ratio_end=c.at(r, *(last if b is None else b)),
+                direction=tuple(v),
+            )
+        )
+
+    plateaus, _ = _plateaus(c, th)
+    entries = [p[0] for p in plateaus]
+    if loss[0] > 0.5 * (log_d + H_pi):
+        end = entries[0] if entries else None
+        records.append(rec("condensation", 1, (0, 0.0), end, complete=end is not None))
+    for a, b in plateaus:
+        records.append(rec("plateau", cycle_at(a), a, b, complete=b is not None))
+
+    focuses = [
+        f
+        for f in _focus_episodes(c, th, H_pi)
+        if f["tokens"]
+        and f["entropy_drop"] >= th.min_entropy_drop
+        and f["mass_gain"] >= th.min_mass_change
+    ]
+    for j, f in enumerate(focuses):
+        G = f["tokens"]
+        a, b = f["start"], f["end"]
+        cyc = cycle_at(a)
+        records.append(
+            rec(
+                "focus",
+                cyc,
+                a,
+                b,
+                G,
+                complete=f["complete"],
+                mass_start=c.at(mass, *a)[G].sum(),
+                mass_end=c.at(mass, *b)[G].sum(),
+                entropy_start=c.at(H, *a),
+                entropy_end=c.at(H, *b),
+            )
+        )
+        if not f["complete"]:
+            continue
+        stops = [p for p in entries if p > b]
+        if j + 1 < len(focuses):
+            stops.append(focuses[j + 1]["start"])
+        stop = min(stops) if stops else None
+        m0 = c.at(mass, *b)[G].sum()
+        m1 = c.at(mass, *(last if stop is None else stop))[G].sum()
+        if m0 - m1 >= th.min_mass_change:
+            records.append(
+                rec(
+                    "dilution",
+                    cyc,
+                    b,
+                    stop,
+                    G,
+                    complete=stop is not None,
+                    mass_start=m0,
+                    mass_end=m1,
+                    entropy_start=c.at(H, *b),
+                    entropy_end=c.at(H, *(last if stop is None else stop)),
+                )
+            )
+    order = {name: i for i, name in enumerate(STAGE_KINDS)}
+    records.sort(key=lambda s: (s["t_start"], order[s["name"]], s.get("sv_index") or 0))
+    return tuple(Stage(**r) for r in records)
 
 
-__all__ = [
-    "BUILTIN_EVENTS",
-    "StageDetector",
-    "StageThresholds",
-    "condition_values",
-    "detect_stages",
-    "monitor",
-]
+_EVENT_NAMES = {
+    "plateau": ("saddle_entry", "saddle_escape"),
+    "focus": ("focus_start", "focus_end"),
+    "new_direction": ("new_direction_start", "new_direction_end"),
+}
+# The names of the built-in events (stage boundaries); user events may not
+# take them.
+BUILTIN_EVENTS = tuple(n for pair in _EVENT_NAMES.values() for n in pair)
+
+
+def stage_events(stages: Sequence[Stage]) -> tuple[EventRecord, ...]:
+    """The boundaries of `stages` as [`gradflow.EventRecord`][]s (with
+    `located=False`: their times are interpolated between saves), sorted by
+    time: a plateau's start and end are `saddle_entry` and `saddle_escape`, a
+    focus's `focus_start` and `focus_end` (with `token`, its first token), a
+    new direction's `new_direction_start` and `new_direction_end` (with
+    `sv_index`). An end still open at the last save is no event."""
+    out = []
+    for s in stages:
+        names = _EVENT_NAMES.get(s.name)
+        if names is None:
+            continue
+        extra = {"located": False}
+        if s.name == "focus" and s.tokens:
+            extra["token"] = s.tokens[0]
+        if s.name == "new_direction":
+            extra["sv_index"] = s.sv_index
+        out.append(EventRecord(names[0], s.t_start, s.loss_start, **extra))
+        if s.complete:
+            out.append(EventRecord(names[1], s.t_end, s.loss_end, **extra))
+    out.sort(key=lambda e: e.t)
+    return tuple(out)
 
 
 def stages_from_params(
@@ -527,50 +643,32 @@ def stages_from_params(
     params: Params,
     chain: MarkovChain,
     thresholds: StageThresholds | None = None,
-) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
-    r"""Stages of any sequence of saved parameters (a flow, an SGD run, ...).
+) -> tuple[tuple[Stage, ...], tuple[EventRecord, ...], dict[str, np.ndarray]]:
+    r"""Stages of any sequence of saved parameters (a flow saved without
+    stages, an SGD run, ...): [`gradflow.observe_params`][] then
+    [`gradflow.detect_stages`][].
 
-    Evaluates [`gradflow.diagnostics`][] and [`gradflow.monitor`][] at every
-    saved point (`params` with a leading time axis) and runs
-    [`gradflow.detect_stages`][] on the sampled curves. The rates are those of
-    the population flow at the saved points (exact `jax.jvp` along
-    $-\nabla L$), so for SGD iterates they describe the drift SGD follows on
-    average, not its noise.
+    For SGD iterates the curves carry SGD's noise; the detector's rates are
+    secants over `thresholds.rate_window` e-folds of $t$, which average it
+    over that window. One compilation per shape: calling it again (another
+    run, another chain of the same `d`) does not recompile.
 
-    **Returns:** `(stages, events, curves)`: lists of dicts, and the
-    diagnostics and rates as NumPy arrays with a leading time axis.
+    **Returns:** `(stages, events, observations)`: a tuple of
+    [`gradflow.Stage`][], their boundaries as event records
+    ([`stage_events`][]), and the observations (NumPy arrays with a leading
+    time axis).
     """
-    from ._chain import entropy_bounds
-    from ._diagnostics import diagnostics
+    obs = observe_params(ts, params, chain)
+    stages = detect_stages(ts, obs, chain=chain, thresholds=thresholds)
+    return stages, stage_events(stages), obs
 
-    ts_j = jnp.asarray(ts, dtype=jnp.float64)
-    params = jax.tree.map(jnp.asarray, params)
-    chain_dt = jax.tree.map(lambda x: x.astype(params.W0.dtype), chain)
-    ts_j = ts_j.astype(params.W0.dtype)
 
-    @jax.jit
-    def observe(t, p, c):
-        out = diagnostics(p, c)
-        out.update({k: v for k, v in monitor(t, p, c).items() if k not in out})
-        return out
-
-    curves = jax.tree.map(
-        np.asarray, jax.vmap(observe, in_axes=(0, 0, None))(ts_j, params, chain_dt)
-    )
-    levels = entropy_bounds(chain)
-    stages, events = detect_stages(
-        np.asarray(ts, dtype=np.float64),
-        loss=curves["loss"],
-        speed=curves["speed"],
-        entropy_rate=curves["entropy_rate"],
-        mass_rate=curves["mass_rate"],
-        sv_rate=curves["sv_rate"],
-        sv_ratio=curves["sv_ratio"],
-        att_mass=curves["att_mass"],
-        right_sv=curves["right_sv_W0"],
-        log_d=levels["log_d"],
-        unigram=levels["unigram"],
-        thresholds=thresholds,
-        labels=chain.tokens,
-    )
-    return stages, events, curves
+__all__ = [
+    "BUILTIN_EVENTS",
+    "DETECTOR_KEYS",
+    "detect_stages",
+    "observe",
+    "observe_params",
+    "stage_events",
+    "stages_from_params",
+]

@@ -13,6 +13,8 @@ import numpy as np
 
 from ._chain import MarkovChain
 from ._model import Params
+from ._records import EventRecord
+from ._stage_types import Stage
 
 
 FORMAT_NAME = "gradflow-trajectory"
@@ -69,7 +71,7 @@ class Trajectory(AbstractResult):
     - `settings`: every setting of the solve (width, init_scale, seed, t1,
       solver, tolerances, ...), enough to re-run it.
     - `stats`: `num_steps`, `num_accepted_steps`, `num_rejected_steps`,
-      `num_segments` (Diffrax solves between events), `num_grad_evals`,
+      `num_grad_evals`,
       `num_hvps` (`None` where unknown), `resumed_from` (the time a
       checkpoint was resumed from, or `None`) and `wall_time` (seconds of this
       call, compilation included).
@@ -115,8 +117,10 @@ class Trajectory(AbstractResult):
 
 
 def _record(obj) -> dict:
-    if hasattr(obj, "as_dict"):
-        return obj.as_dict()
+    if isinstance(obj, dict):
+        return dict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
     return dict(vars(obj))
 
 
@@ -147,12 +151,8 @@ def write_result(path, result, format_name: str, format_version: int, arrays) ->
         "ok": bool(result.ok),
         "message": result.message,
         "tokens": list(result.chain.tokens) if result.chain.tokens else None,
-        "stages": [
-            dict(s) if isinstance(s, dict) else _record(s) for s in result.stages
-        ],
-        "events": [
-            dict(e) if isinstance(e, dict) else _record(e) for e in result.events
-        ],
+        "stages": [_record(s) for s in result.stages],
+        "events": [_record(e) for e in result.events],
         "extras": sorted(result.extras),
     }
     arrays = {
@@ -196,8 +196,9 @@ def read_result(path, format_name: str, format_version: int, what: str, own: tup
             stats=meta["stats"],
             ok=bool(meta["ok"]),
             message=meta["message"],
-            stages=tuple(meta.get("stages", ())),
-            events=tuple(meta.get("events", ())),
+            # Files written before records were typed hold plain dicts.
+            stages=tuple(Stage.from_dict(s) for s in meta.get("stages", ())),
+            events=tuple(EventRecord.from_dict(e) for e in meta.get("events", ())),
             extras={k: arrays[f"extra_{k}"] for k in meta.get("extras", [])},
         )
     except KeyError as e:

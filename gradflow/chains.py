@@ -8,6 +8,8 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 - [`zipf`][gradflow.chains.zipf]: a Zipf-distributed vocabulary.
 - [`random`][gradflow.chains.random]: random rows (Dirichlet) around a Zipf
   profile: a chain with genuine bigram structure.
+- [`gaussian_logits`][gradflow.chains.gaussian_logits]: every row a softmax
+  of Gaussian logits: dense bigram structure, no zero entries.
 """
 
 import numpy as np
@@ -158,7 +160,43 @@ def random(
     return MarkovChain(P / P.sum(axis=1, keepdims=True))
 
 
+def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovChain:
+    r"""Rows that are softmaxes of Gaussian logits: dense bigram structure.
+
+    $P_{i\cdot} = \mathrm{softmax}(\text{scale} \cdot g_i)$ with every entry of
+    $g_i \in \mathbb{R}^d$ i.i.d. $\mathcal{N}(0, 1)$. Every entry is positive,
+    so the chain is irreducible and aperiodic; a larger `scale` makes rows more
+    peaked (lower conditional entropy) and more different from each other.
+
+    **Arguments:**
+
+    - `d`: vocabulary size, at least 2.
+    - `seed`: NumPy seed; the same seed gives the same chain everywhere.
+    - `scale`: standard deviation of the logits, finite and > 0.
+    """
+    d = _check_d(d)
+    scale = _number("scale", scale)
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be finite and > 0, got scale = {scale}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0 (a NumPy seed), got seed = {seed}")
+    logits = scale * np.random.default_rng(seed).standard_normal((d, d))
+    logits -= logits.max(axis=1, keepdims=True)
+    P = np.exp(logits)
+    return MarkovChain(P / P.sum(axis=1, keepdims=True))
+
+
 from ._text import from_text as from_text  # noqa: E402
 
 
-__all__ = ["from_text", "random", "sticky", "sticky_pi", "zipf", "zipf_profile"]
+__all__ = [
+    "from_text",
+    "gaussian_logits",
+    "random",
+    "sticky",
+    "sticky_pi",
+    "zipf",
+    "zipf_profile",
+]

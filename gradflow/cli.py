@@ -7,7 +7,9 @@ the parsed arguments returning an exit code). List it in `_COMMANDS`.
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 
 _COMMANDS: tuple[str, ...] = ("run", "sgd", "theory")
@@ -32,12 +34,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def compilation_cache_dir() -> Path:
+    """Where the command line keeps JAX's persistent compilation cache:
+    `$JAX_COMPILATION_CACHE_DIR` if set, else `gradflow/jax` under the user's
+    cache folder (`$XDG_CACHE_HOME`, by default `~/.cache`)."""
+    env = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(base).expanduser() / "gradflow" / "jax"
+
+
+def enable_compilation_cache() -> Path:
+    """Turns on JAX's persistent compilation cache (see
+    [`compilation_cache_dir`][]): a second `gradflow run` of the same shapes
+    loads the compiled solve instead of compiling it again. Returns the folder."""
+    import jax
+
+    path = compilation_cache_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    # Cache every compilation that took longer than this (JAX's default, 1 s,
+    # would leave out the many small functions a run also compiles).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    enable_compilation_cache()
     return int(args.func(args) or 0)
 
 

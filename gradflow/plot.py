@@ -18,9 +18,11 @@ They read a [`gradflow.Trajectory`][] from
 import os
 from pathlib import Path
 
+import equinox as eqx
 import numpy as np
 
 from ._chain import entropy_bounds
+from ._model import attention
 from ._trajectory import Trajectory
 
 
@@ -70,19 +72,19 @@ def _positive_time(traj: Trajectory):
     return np.flatnonzero(np.asarray(traj.ts) > 0)
 
 
-def _stage_label(stage: dict) -> str:
-    return stage["name"].replace("_", " ")
+def _stage_label(stage) -> str:
+    return stage.name.replace("_", " ")
 
 
 def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> None:
     """Shades each stage's time interval on `ax` in its stage colour."""
     seen = set()
     for s in stages:
-        t0, t1 = s["t_start"], s["t_end"]
+        t0, t1 = s.t_start, s.t_end
         if not (np.isfinite(t0) and np.isfinite(t1)):
             continue
         t0 = max(t0, 1e-300)
-        name = s["name"]
+        name = s.name
         label = None
         if labels and name not in seen:
             label = _stage_label(s)
@@ -183,13 +185,16 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
             f"d = {d}, width {s.get('width')}, init scale {s.get('init_scale')}, "
             f"seed {s.get('seed')}"
         )
+    # the time axis spans the saves (a stage starting at t = 0 would stretch
+    # the log axis down to its clipping value)
+    axes[-1].set_xlim(t[0], t[-1])
     fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
 def _event_times(traj: Trajectory, names=_BOUNDARY_EVENTS) -> list[tuple[str, float]]:
-    return [(e["name"], float(e["t"])) for e in traj.events if e["name"] in names]
+    return [(e.name, float(e.t)) for e in traj.events if e.name in names]
 
 
 def pca_figure(traj: Trajectory, *, title: str | None = None):
@@ -246,6 +251,14 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     return fig
 
 
+_attention = eqx.filter_jit(attention)
+
+
+def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
+    """The attention matrix at save `i`, from the saved parameters."""
+    return np.asarray(_attention(traj.params[i], traj.chain))
+
+
 def attention_figure(
     traj: Trajectory, *, max_panels: int = 8, title: str | None = None
 ):
@@ -256,33 +269,29 @@ def attention_figure(
 
     **Returns:** a matplotlib `Figure`.
     """
-    _require(traj, "event_t", "event_attention")
     plt = _pyplot()
-    ev_t = np.asarray(traj.extras["event_t"])
-    ev_A = np.asarray(traj.extras["event_attention"])
-    # The boundaries of the recorded stages, in time order (each is an event
-    # time, where the attention matrix was saved), the earliest first.
+    # The boundaries of the recorded stages, in time order, each shown at the
+    # save time nearest to it (the attention there is computed from the saved
+    # parameters), the earliest first.
     bounds = []
-    for st in sorted(traj.stages, key=lambda x: x["t_start"]):
+    for st in sorted(traj.stages, key=lambda x: x.t_start):
         for key, verb in (("t_start", "start"), ("t_end", "end")):
-            t = float(st[key])
-            if t > 0 and (key == "t_start" or st.get("complete", True)):
-                bounds.append((t, f"{st['name'].replace('_', ' ')} {verb}"))
+            t = float(getattr(st, key))
+            if t > 0 and (key == "t_start" or st.complete):
+                bounds.append((t, f"{st.name.replace('_', ' ')} {verb}"))
     bounds.sort()
     picks, used = [], []
+    ts = np.asarray(traj.ts)
     for t, name in bounds:
-        if not ev_t.size:
-            break
-        j = int(np.argmin(np.abs(ev_t - t)))
-        if j in used or abs(ev_t[j] - t) > 1e-9 * max(1.0, t):
+        j = int(np.argmin(np.abs(np.log(np.maximum(ts, 1e-300)) - np.log(t))))
+        if j in used or j == len(ts) - 1:
             continue
         used.append(j)
-        picks.append((f"{name}\nt = {t:.4g}", ev_A[j]))
+        picks.append((f"{name}\nt = {ts[j]:.4g}", _attention_at(traj, j)))
     picks = picks[: max_panels - 1]
-    if "attention" in traj.extras:
-        picks.append(
-            (f"final\nt = {traj.t_final:.4g}", np.asarray(traj.extras["attention"])[-1])
-        )
+    picks.append(
+        (f"final\nt = {traj.ts[-1]:.4g}", _attention_at(traj, len(traj.ts) - 1))
+    )
     if not picks:
         raise ValueError("the trajectory has no stage boundary events to show")
     n = len(picks)
@@ -332,7 +341,7 @@ def plot_all(
     out = Path(out_dir)
     paths = save_figure(summary_figure(traj), out / f"{prefix}summary")
     paths += save_figure(pca_figure(traj), out / f"{prefix}embeddings_pca")
-    if any(e["name"] in _BOUNDARY_EVENTS for e in traj.events):
+    if any(e.name in _BOUNDARY_EVENTS for e in traj.events):
         paths += save_figure(attention_figure(traj), out / f"{prefix}attention")
     return paths
 

@@ -2,7 +2,7 @@
 of steps, resumed from its checkpoint, ends *bit for bit* where an
 uninterrupted run ends; checkpoints of other calls are refused.
 
-Crashes are simulated by making the chunk function (`gradflow._events._segment`)
+Crashes are simulated by making the chunk function (`gradflow._loop.run_chunk`)
 raise after a few calls, so the process state is lost exactly as in a kill
 between two checkpoint writes (the end-to-end SIGKILL test of the CLI is in
 `test_cli_run.py`). Chunks of 60 steps (instead of 1000) make these short runs
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-import gradflow._events as events_module
+import gradflow._loop as loop_module
 
 
 CHAIN = gf.chains.sticky(6, 0.5, 0.5, 0.05)
@@ -30,14 +30,14 @@ SCALE = 1e-3
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(events_module, "CHUNK_STEPS", CHUNK)
+    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
 
 
 @pytest.fixture(scope="module")
 def reference():
     """Uninterrupted runs (with and without stages), chunks of 60 steps."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(events_module, "CHUNK_STEPS", CHUNK)
+        mp.setattr(loop_module, "CHUNK_STEPS", CHUNK)
         return {
             True: gf.integrate(CHAIN, SCALE, **KW),
             False: gf.integrate(CHAIN, SCALE, stages=False, **KW),
@@ -46,7 +46,7 @@ def reference():
 
 def _crash_after(monkeypatch, calls: int, action=None):
     """Makes the chunk function fail (or do `action`) at call number `calls`."""
-    real = events_module._segment
+    real = loop_module.run_chunk
     count = {"n": 0}
 
     def segment(*args, **kwargs):
@@ -57,7 +57,7 @@ def _crash_after(monkeypatch, calls: int, action=None):
             action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(events_module, "_segment", segment)
+    monkeypatch.setattr(loop_module, "run_chunk", segment)
     return count
 
 
@@ -92,7 +92,7 @@ def test_resume_after_crash_is_bit_identical(
         )
     assert ck.exists()
     monkeypatch.undo()
-    monkeypatch.setattr(events_module, "CHUNK_STEPS", CHUNK)
+    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
     resumed = gf.integrate(CHAIN, SCALE, stages=stages, checkpoint=ck, **KW)
     assert 0 < resumed.stats["resumed_from"] < KW["t1"]
     assert_same_trajectory(reference[stages], resumed)
@@ -139,7 +139,7 @@ def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
     # the SIGINT handler is restored afterwards
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.undo()
-    monkeypatch.setattr(events_module, "CHUNK_STEPS", CHUNK)
+    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
     resumed = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
     assert resumed.stats["resumed_from"] == partial.t_final
     assert_same_trajectory(reference[True], resumed)
@@ -203,7 +203,7 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
 def test_chunk_size_does_not_change_the_solve(reference, monkeypatch):
     """Chunks continue each other exactly: 1000-step chunks (the default) give
     the 60-step chunks' trajectory bit for bit."""
-    monkeypatch.setattr(events_module, "CHUNK_STEPS", 1000)
+    monkeypatch.setattr(loop_module, "CHUNK_STEPS", 1000)
     traj = gf.integrate(CHAIN, SCALE, **KW)
     assert traj.stats["num_steps"] > CHUNK * 5
     assert_same_trajectory(reference[True], traj)

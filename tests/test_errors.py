@@ -48,10 +48,10 @@ FORMAT_VERSION = gf._trajectory.FORMAT_VERSION
 _COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 # Compiled entry points that no bad call may reach: (module, attribute).
 _TRIPWIRES = (
-    ("gradflow._events", "_segment"),
-    ("gradflow._events", "_init_controller"),
-    ("gradflow._integrate_stages", "solve_with_events"),
-    ("gradflow._integrate_stages", "_event_info"),
+    ("gradflow._loop", "run_chunk"),
+    ("gradflow._loop", "init_state"),
+    ("gradflow._integrate", "init_state"),
+    ("gradflow._integrate", "drive"),
     ("gradflow._sgd", "_advance"),
     ("gradflow._sgd", "_first_batch_loss"),
     ("gradflow._sgd", "_draw"),

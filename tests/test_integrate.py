@@ -289,7 +289,7 @@ def test_tiny_init_scale_goes_through_the_stages():
     # width 8: the solve compiled for the condensation fixture is reused
     traj = gf.integrate(STICKY, 1e-12, width=8, t1=2000.0, progress=False)
     assert traj.ok, traj.message
-    names = [s["name"] for s in traj.stages]
+    names = [s.name for s in traj.stages]
     for name in ("condensation", "new_direction", "focus", "dilution"):
         assert name in names
     assert traj.loss[-1] < float(STICKY.unigram_entropy) - 0.1

@@ -1,193 +1,237 @@
-"""The stage detector on synthetic curves with known answers."""
+"""The stage record, `observe` and `detect_stages` (docs/stages.md)."""
 
+import dataclasses
+import json
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy.integrate import cumulative_trapezoid
-from scipy.optimize import brentq
 
 import gradflow as gf
+from gradflow._stages import DETECTOR_KEYS, _observe_many, secant_rate
 
 
-LOG_D, UNIGRAM = np.log(4.0), 1.2
-D = 4
-TH = gf.StageThresholds()
+CHAIN = gf.chains.sticky(4, 0.5, 0.5, 0.1)
 
 
-def bump(u, center, width, height):
-    return height * np.exp(-0.5 * ((u - center) / width) ** 2)
-
-
-def bump_crossings(center, width, height, level):
-    """Where `bump` equals `level` (up, down), in u = log t."""
-    half = width * np.sqrt(2 * np.log(height / level))
-    return center - half, center + half
-
-
-def synthetic(
-    focus_height=1.0,
-    direction_height=6.0,
-    focus_token=2,
-    mass_amplitude=0.3,
-    noise=0.0,
-    n=6000,
-    seed=0,
-):
-    """Curves for: a saddle escape at u = 3 (condensation), a second drop at
-    u = 4.5 carrying a focus on `focus_token` (its mass rises, peaks, falls),
-    and a new direction growing around u = 7. Rates are per unit u = log t."""
-    u = np.linspace(np.log(1e-2), np.log(2e4), n)
-    t = np.exp(u)
-    speed = bump(u, 3.0, 0.15, 1.0) + bump(u, 4.6, 0.25, 0.5) + bump(u, 7.0, 0.3, 0.2)
-    entropy_rate = -bump(u, 4.4, 0.3, focus_height)
-    # Mass of the focus token: up by mass_amplitude around u = 4.4, back down
-    # by half of it around u = 4.8.
-    m_rate = bump(u, 4.4, 0.15, mass_amplitude / (0.15 * np.sqrt(2 * np.pi))) - bump(
-        u, 4.8, 0.15, 0.5 * mass_amplitude / (0.15 * np.sqrt(2 * np.pi))
-    )
-    mass_rate = np.tile(-m_rate[:, None] / (D - 1), (1, D))
-    mass_rate[:, focus_token] = m_rate
+def _params(T, d=4, m=3, seed=0):
     rng = np.random.default_rng(seed)
-    if noise:
-        speed = speed + noise * 1e-3 * rng.standard_normal(n)
-        entropy_rate = entropy_rate + noise * 1e-2 * rng.standard_normal(n)
-    att_mass = np.full(D, 1.0 / D) + cumulative_trapezoid(
-        mass_rate, u, axis=0, initial=0
+    return gf.Params(
+        rng.normal(size=(T, m, d)),
+        rng.normal(size=(T, d, m)),
+        rng.normal(size=(T, m, m)) * 0.3,
+        rng.normal(size=(T, m, m)) * 0.3,
     )
-    sv_rate = np.stack(
-        [bump(u, 7.0, 0.4, direction_height) - 0.05, np.full(n, -0.05)], 1
+
+
+def test_stage_round_trips_through_dict_and_json():
+    s = gf.Stage(
+        name="new_direction",
+        cycle=2,
+        t_start=744.5,
+        t_end=3140.9,
+        loss_start=1.3665,
+        loss_end=1.3005,
+        tokens=(5, 0),
+        token_labels=("5", "0"),
+        sv_index=1,
+        ratio_start=0.002,
+        ratio_end=0.8,
+        direction=(0.1, -0.2, 0.9),
     )
-    sv_ratio = 1e-3 * np.exp(cumulative_trapezoid(sv_rate, u, axis=0, initial=0))
-    loss = LOG_D - cumulative_trapezoid(speed, u, initial=0) * (LOG_D - 0.5) / 2
-    curves = dict(
-        loss=loss,
-        speed=speed,
-        entropy_rate=entropy_rate,
-        mass_rate=mass_rate,
-        att_mass=att_mass,
-        sv_rate=sv_rate,
-        sv_ratio=sv_ratio,
+    back = gf.Stage.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back == s
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.name = "focus"  # type: ignore[misc]
+
+
+def test_stage_loads_an_old_stage_dict():
+    # as written by gradflow before stages were typed (docs/figures/*.csv era)
+    old = {
+        "name": "focus",
+        "cycle": 1,
+        "t_start": 75.4,
+        "t_end": 102.2,
+        "loss_start": 1.4964,
+        "loss_end": 1.3922,
+        "tokens": [0],
+        "token_labels": ["0"],
+        "complete": True,
+        "mass_start": 0.503,
+        "mass_end": 0.702,
+        "counted": True,
+    }
+    s = gf.Stage.from_dict(old)
+    assert (s.name, s.tokens, s.mass_end, s.sv_index) == ("focus", (0,), 0.702, None)
+
+
+def test_trajectory_file_with_stage_dicts_loads_as_stages(tmp_path):
+    # a trajectory built by hand (no solve to compile)
+    p = _params(3)
+    traj = gf.Trajectory(
+        ts=np.array([0.0, 1.0, 2.0]),
+        loss=np.array([1.38, 1.3, 1.2]),
+        grad_norm=np.array([0.1, 0.1, 0.1]),
+        params=p,
+        chain=CHAIN,
+        settings={"width": 3},
+        stats={},
     )
-    return t, u, curves, m_rate
+    old = {"name": "condensation", "cycle": 1, "t_start": 0.0, "t_end": 4.0}
+    old.update(loss_start=1.38, loss_end=1.2, tokens=[], token_labels=[])
+    old.update(complete=True)
+    traj = eqx.tree_at(lambda t: t.stages, traj, (old,))
+    back = gf.load(traj.save(tmp_path / "old.npz"))
+    assert back.stages == (gf.Stage.from_dict(old),)
 
 
-def run(t, curves, **kw):
-    return gf.detect_stages(t, **curves, log_d=LOG_D, unigram=UNIGRAM, **kw)
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(name="focuss"), "Stage.name must be one of"),
+        (dict(tokens=(1, 2), token_labels=("1",)), "one label per token"),
+    ],
+)
+def test_stage_rejects_bad_fields(kwargs, match):
+    base = dict(name="focus", cycle=1, t_start=0, t_end=1, loss_start=1, loss_end=1)
+    with pytest.raises(ValueError, match=match):
+        gf.Stage(**{**base, **kwargs})
 
 
-def test_known_stage_sequence_and_times():
-    t, u, curves, m_rate = synthetic()
-    stages, events = run(t, curves)
-    assert [s["name"] for s in stages] == [
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(focus_rate=-1.0), r"focus_rate must be finite and > 0, got -1.0"),
+        (dict(entry_speed=0.1, escape_speed=0.01), "hysteresis"),
+        (dict(token_share=1.5), "token_share must be <= 1"),
+        (dict(direction_low=0.5, direction_open=0.3), "direction_open must be > "),
+        (dict(rate_window=math.inf), "rate_window must be finite"),
+    ],
+)
+def test_thresholds_reject_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gf.StageThresholds(**kwargs)
+
+
+def test_observe_shapes_and_values():
+    p = jax.tree.map(lambda x: jnp.asarray(x[0]), _params(1, d=4, m=3))
+    out = gf.observe(1.0, p, CHAIN)
+    n = 3
+    assert out["att_mass"].shape == (4,) and out["sv_W0"].shape == (n,)
+    assert out["sv_ratio"].shape == (n - 1,) and out["right_sv_W0"].shape == (n, 4)
+    assert "attention" not in out
+    A = np.asarray(gf.attention(p, CHAIN))
+    pi = np.asarray(CHAIN.pi)
+    np.testing.assert_allclose(out["att_mass"], pi @ A, rtol=1e-12)
+    np.testing.assert_allclose(
+        out["att_entropy"], -pi @ (A * np.log(A)).sum(axis=1), rtol=1e-12
+    )
+    _, s, vt = np.linalg.svd(np.asarray(p.W0), full_matrices=False)
+    np.testing.assert_allclose(out["sv_ratio"], s[1:] / s[0], rtol=1e-10)
+    # every right singular vector, signed with its largest entry positive
+    V = np.asarray(out["right_sv_W0"])
+    np.testing.assert_allclose(np.abs(V @ vt.T), np.eye(n), atol=1e-10)
+    assert (V[np.arange(n), np.abs(V).argmax(axis=1)] > 0).all()
+    assert float(out["loss"]) == pytest.approx(float(gf.population_loss(p, CHAIN)))
+
+
+def test_observe_params_compiles_once_per_shape():
+    ts = np.linspace(1.0, 10.0, 7)
+    a = gf.observe_params(ts, _params(7, seed=1), CHAIN, batch=4)
+    before = _observe_many._cached._cache_size()  # noqa: SLF001
+    # another run, another chain of the same d, another length: no new trace
+    gf.observe_params(ts[:5], _params(5, seed=2), gf.chains.random(4), batch=4)
+    assert _observe_many._cached._cache_size() == before  # noqa: SLF001
+    one = gf.observe(
+        jnp.asarray(ts[3]),
+        jax.tree.map(lambda x: jnp.asarray(x[3]), _params(7, seed=1)),
+        CHAIN,
+    )
+    np.testing.assert_allclose(a["att_mass"][3], one["att_mass"], rtol=1e-12)
+
+
+def test_secant_rate_is_exact_on_a_line_and_averages_fast_wiggles():
+    u = np.linspace(0.0, 5.0, 501)
+    np.testing.assert_allclose(secant_rate(u, 3.0 * u - 1.0, 0.03), 3.0, rtol=1e-12)
+    wiggle = 2.0 * u + 1e-3 * np.sin(2 * np.pi * u / 0.01)  # period 0.01 < window
+    r = secant_rate(u, wiggle, 0.03)
+    assert np.abs(r[5:-5] - 2.0).max() < 0.2
+
+
+def _synthetic(T=600):
+    """Curves with one plateau, one focus on tokens {1, 2} and one opening of
+    sigma_2 / sigma_1, at known times."""
+    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e4, T - 1)])
+    u = np.log(np.maximum(ts, 1e-2))
+    d = 4
+    H_pi = float(CHAIN.unigram_entropy)
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    loss = np.log(d) - 0.3 * sig((u - 1.0) / 0.15) - 0.2 * sig((u - 6.0) / 0.15)
+    # focus: mass gathers on tokens 1 and 2 around u = 4, then partly flows back
+    g = 0.15 * sig((u - 4.0) / 0.1) - 0.06 * sig((u - 4.6) / 0.1)
+    mass = np.tile(np.asarray(CHAIN.pi), (T, 1))
+    mass[:, 1] += g
+    mass[:, 2] += g
+    mass[:, 0] -= 2 * g
+    H = H_pi - 0.3 * sig((u - 4.0) / 0.1) + 0.02 * sig((u - 4.6) / 0.1)
+    r = np.full((T, 2), 1e-3)
+    r[:, 0] = 1e-3 + 0.8 * sig((u - 7.0) / 0.2)
+    V = np.tile(np.eye(3, d), (T, 1, 1))
+    V[:, 1] = np.array([0.0, 0.1, -0.5, 0.86])
+    obs = dict(loss=loss, att_entropy=H, att_mass=mass, sv_ratio=r, right_sv_W0=V)
+    return ts, obs
+
+
+def test_detect_stages_on_synthetic_curves():
+    ts, obs = _synthetic()
+    stages = gf.detect_stages(ts, obs, chain=CHAIN)
+    names = [s.name for s in stages]
+    assert names == [
         "condensation",
+        "plateau",
         "focus",
         "dilution",
         "new_direction",
-    ]
-    cond, focus, dil, new = stages
-    u_entry1 = bump_crossings(3.0, 0.15, 1.0, TH.entry_speed)[1]
-    u_focus = bump_crossings(4.4, 0.3, 1.0, TH.focus_rate)[0]
-    u_peak = brentq(lambda x: np.interp(x, u, m_rate), 4.45, 4.8)
-    # Dilution ends when the second drop settles into its saddle.
-    u_entry2 = brentq(
-        lambda x: np.interp(x, u, curves["speed"]) - TH.entry_speed, 4.7, 6.0
-    )
-    u_dir0, u_dir1 = bump_crossings(7.0, 0.4, 6.0, TH.direction_rate + 0.05)
-    for got, want in [
-        (cond["t_end"], u_entry1),
-        (focus["t_start"], u_focus),
-        (focus["t_end"], u_peak),
-        (dil["t_start"], u_peak),
-        (dil["t_end"], u_entry2),
-        (new["t_start"], u_dir0),
-        (new["t_end"], u_dir1),
-    ]:
-        np.testing.assert_allclose(np.log(got), want, atol=2e-3)
-    assert cond["t_start"] == t[0] and cond["cycle"] == 1
-    assert focus["tokens"] == [2] and dil["tokens"] == [2]
-    assert focus["cycle"] == dil["cycle"] == 1 and new["cycle"] == 2
-    mass = curves["att_mass"][:, 2]
-    gained = np.interp(u_peak, u, mass) - np.interp(u_focus, u, mass)
-    assert focus["mass_end"] - focus["mass_start"] == pytest.approx(gained, abs=1e-4)
-    assert gained > 0.2
-    assert all(s["complete"] for s in stages)
-    # The new direction contains the time at which sigma_2 / sigma_1 passes 0.1.
-    t_ratio = t[np.argmax(curves["sv_ratio"][:, 0] > 0.1)]
-    assert new["t_start"] < t_ratio < new["t_end"]
-    names = [e["name"] for e in events]
-    assert names[:2] == ["saddle_escape", "saddle_entry"]
-    assert names.count("focus_start") == 1 and names.count("focus_end") == 1
+        "plateau",
+    ], names
+    focus = stages[2]
+    assert set(focus.tokens) == {1, 2}
+    assert focus.entropy_end < focus.entropy_start
+    # the focus tokens' mass peaks at u = 4.3 (where the rise and the fall balance)
+    peak = ts[1 + np.argmax(obs["att_mass"][1:, 1] + obs["att_mass"][1:, 2])]
+    assert focus.t_end == pytest.approx(peak, rel=0.02)
+    new = stages[4]
+    assert (new.sv_index, new.tokens, new.cycle) == (1, (3, 2), 2)
+    t_lo = np.exp(7.0 + 0.2 * np.log((0.05 - 1e-3) / (0.8 - 0.05 + 1e-3)))
+    assert new.t_start < t_lo and new.t_end > np.exp(7.0)
+    assert stages[5].cycle == 2 and not stages[5].complete
 
 
-def test_focus_token_is_read_from_the_data():
-    # The focus goes to token 3 here; nothing assumes the most frequent token.
-    t, _, curves, _ = synthetic(focus_token=3)
-    stages, _ = run(t, curves)
-    assert [s["tokens"] for s in stages if s["name"] == "focus"] == [[3]]
-
-
-def test_no_new_direction_when_singular_values_stay_put():
-    # A symmetric chain sitting on its degenerate point: sigma_2 / sigma_1 flat.
-    t, _, curves, _ = synthetic(direction_height=0.0)
-    stages, events = run(t, curves)
-    assert "new_direction" not in [s["name"] for s in stages]
-    assert not any("direction" in e["name"] for e in events)
-
-
-def test_noise_below_thresholds_adds_no_stage():
-    t, _, clean, _ = synthetic()
-    t, _, noisy, _ = synthetic(noise=1.0, seed=3)
-    names = [s["name"] for s in run(t, clean)[0]]
-    assert [s["name"] for s in run(t, noisy)[0]] == names
-
-
-def test_drift_of_attention_is_not_a_focus():
-    # The entropy falls fast enough to start a focus, but less than
-    # min_mass_change of attention moves: no focus and no dilution.
-    t, _, curves, _ = synthetic(mass_amplitude=0.01)
-    stages, events = run(t, curves)
-    assert [s["name"] for s in stages] == ["condensation", "new_direction"]
-    assert "focus_drift_end" in [e["name"] for e in events]
-
-
-def test_chained_new_direction():
-    # sigma_3 starts growing while sigma_2's stage is still open: its stage
-    # starts when sigma_2's ends.
-    t, u, curves, _ = synthetic()
-    rate2 = bump(u, 7.6, 0.5, 3.0) - 0.05
-    curves["sv_rate"][:, 1] = rate2
-    curves["sv_ratio"][:, 1] = 1e-4 * np.exp(cumulative_trapezoid(rate2, u, initial=0))
-    stages, _ = run(t, curves)
-    new = [s for s in stages if s["name"] == "new_direction"]
-    assert len(new) == 2
-    assert new[1]["t_start"] == pytest.approx(new[0]["t_end"])
-    assert [s["cycle"] for s in new] == [2, 3]
-
-
-def test_paused_growth_keeps_the_direction_open():
-    # sigma_2 / sigma_1 grows, pauses (rate below direction_rate) while still
-    # below 0.1, then grows again: one new_direction stage, spanning both.
-    t, u, curves, _ = synthetic()
-    rate = bump(u, 6.4, 0.25, 4.0) + bump(u, 7.6, 0.3, 6.0) - 0.05
-    curves["sv_rate"][:, 0] = rate
-    curves["sv_ratio"][:, 0] = 1e-3 * np.exp(cumulative_trapezoid(rate, u, initial=0))
-    stages, events = run(t, curves)
-    new = [s for s in stages if s["name"] == "new_direction"]
-    assert len(new) == 1
-    ratio_at_pause = np.interp(7.0, u, curves["sv_ratio"][:, 0])
-    assert ratio_at_pause < 0.1  # the pause happens before the direction opens
-    assert "new_direction_pause" in [e["name"] for e in events]
-    t_ratio = t[np.argmax(curves["sv_ratio"][:, 0] > 0.1)]
-    assert new[0]["t_start"] < np.exp(6.4) < t_ratio < new[0]["t_end"]
-
-
-def test_bad_input():
-    t, _, curves, _ = synthetic(n=50)
-    bad = dict(curves, speed=curves["speed"][:-1])
-    with pytest.raises(ValueError, match="speed must have 50 samples"):
-        run(t, bad)
+def test_detect_stages_needs_the_observations():
+    ts, obs = _synthetic(50)
+    with pytest.raises(ValueError, match=r"observations lack \['att_entropy'\]"):
+        gf.detect_stages(
+            ts, {k: v for k, v in obs.items() if k != "att_entropy"}, chain=CHAIN
+        )
+    with pytest.raises(ValueError, match=r"observations\['loss'\] must have one entry"):
+        gf.detect_stages(ts, {**obs, "loss": obs["loss"][:-1]}, chain=CHAIN)
     with pytest.raises(ValueError, match="strictly increasing"):
-        run(t[::-1], curves)
-    with pytest.raises(ValueError, match="entry_speed must be < escape_speed"):
-        gf.StageThresholds(entry_speed=0.1, escape_speed=0.01)
-    with pytest.raises(ValueError, match="focus_rate must be finite and > 0, got -1"):
-        gf.StageThresholds(focus_rate=-1.0)
+        gf.detect_stages(ts[::-1], obs, chain=CHAIN)
+    with pytest.raises(ValueError, match="but chain has d = 6"):
+        gf.detect_stages(ts, obs, chain=gf.chains.sticky(6, 0.5, 0.5, 0.05))
+    with pytest.raises(
+        TypeError, match="thresholds must be a gradflow.StageThresholds"
+    ):
+        gf.detect_stages(ts, obs, chain=CHAIN, thresholds={"focus_rate": 1})
+    assert set(DETECTOR_KEYS) <= set(obs)
+
+
+def test_stages_from_params_gives_events_of_the_boundaries():
+    ts = np.geomspace(1.0, 100.0, 20)
+    stages, events, obs = gf.stages_from_params(ts, _params(20, seed=3), CHAIN)
+    assert obs["att_mass"].shape == (20, 4)
+    assert all(isinstance(s, gf.Stage) for s in stages)
+    assert [e["t"] for e in events] == sorted(e["t"] for e in events)

@@ -1,0 +1,128 @@
+"""Start-up cost of `gradflow run`, and the cost of stage detection.
+
+1. The default `gradflow run` (the README's main job, figures included) in a
+   fresh process: first with an empty JAX compilation cache, then again with
+   the cache the first run left (warm). With `--baseline DIR` the same two runs
+   of another checkout (e.g. a worktree of an older commit) are timed side by
+   side, in alternation, with its own empty cache.
+2. In one process, after both are compiled: `integrate(..., stages=True)` and
+   the bare solve `stages=False` of the same call (a new seed each time, so no
+   result is reused), repeated, median ratio.
+
+    python benchmarks/startup.py [--baseline DIR] [--repeats 2] [--skip-cli]
+
+Prints the machine's load average with each measurement (this machine is
+shared; numbers move with the load).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load() -> str:
+    a, b, c = os.getloadavg()
+    return f"load {a:.2f} {b:.2f} {c:.2f}"
+
+
+def time_cli(checkout: Path, cache: Path, out: Path) -> float:
+    env = dict(
+        os.environ, PYTHONPATH=str(checkout), JAX_COMPILATION_CACHE_DIR=str(cache)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradflow.cli",
+        "run",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=out.parent)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{checkout}: gradflow run failed:\n{done.stderr[-2000:]}")
+    return wall
+
+
+def cli_section(baseline: Path | None, repeats: int) -> None:
+    checkouts = {"this": ROOT}
+    if baseline is not None:
+        checkouts["baseline"] = baseline
+    rows: dict[str, dict[str, list[float]]] = {
+        k: {"cold": [], "warm": []} for k in checkouts
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for r in range(repeats):
+            for name, checkout in checkouts.items():
+                cache = tmp / f"cache-{name}-{r}"
+                cache.mkdir()
+                for kind in ("cold", "warm"):
+                    out = tmp / f"out-{name}-{r}-{kind}"
+                    wall = time_cli(checkout, cache, out)
+                    rows[name][kind].append(wall)
+                    print(
+                        f"  {name:8s} {kind}: {wall:6.1f} s   ({_load()})", flush=True
+                    )
+    print(
+        "\n`gradflow run` (default scenario, figures), fresh process, median over "
+        f"{repeats}:"
+    )
+    for name, kinds in rows.items():
+        print(
+            f"  {name:8s} empty cache {statistics.median(kinds['cold']):6.1f} s, "
+            f"warm cache {statistics.median(kinds['warm']):6.1f} s"
+        )
+
+
+def stages_section(repeats: int) -> None:
+    import gradflow as gf
+
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    kw = dict(width=8, t1=20_000.0, progress=False)
+    for stages in (True, False):  # compile both
+        gf.integrate(chain, 1e-3, stages=stages, seed=100, **kw)
+    ratios = []
+    for r in range(repeats):
+        times = {}
+        for stages in (True, False):
+            start = time.perf_counter()
+            traj = gf.integrate(chain, 1e-3, stages=stages, seed=r, **kw)
+            times[stages] = time.perf_counter() - start
+            assert traj.ok, traj.message
+        ratios.append(times[True] / times[False])
+        print(
+            f"  seed {r}: stages=True {times[True]:.2f} s, bare {times[False]:.2f} s, "
+            f"ratio {ratios[-1]:.2f}   ({_load()})",
+            flush=True,
+        )
+    print(
+        f"\nstages=True / bare (same call, compiled): median {statistics.median(ratios):.2f}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, default=None)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip-cli", action="store_true")
+    ap.add_argument("--skip-stages", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_cli:
+        cli_section(args.baseline, args.repeats)
+    if not args.skip_stages:
+        stages_section(max(args.repeats, 3))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+r"""The solve loop: one typed state, a pure chunk function, a thin host driver.
+
+The whole state of a solve between two chunks of steps is one
+[`LoopState`][] (a PyTree): the point reached, the solver's and the step-size
+controller's states, the proposed next step, everything saved so far (fixed
+`(T, ...)` arrays with a `filled` mask), the step counters and the result code.
+[`run_chunk`][] is a pure function `LoopState -> LoopState` that advances a
+state by at most `Spec.chunk_steps` steps (one Diffrax call that continues the
+previous one bit for bit: solver state, controller state and proposed step are
+carried, see `_resume.py`). Because it is pure, a batch of states can be
+advanced together under `jax.vmap`, and a checkpoint is the state written
+whole.
+
+The host ([`drive`][]) only repeats `run_chunk`, reads and empties the event
+buffer (see `_watch.py`), updates the progress bar, watches for Ctrl-C and
+writes checkpoints. Nothing inside the compiled chunk calls back to the host,
+so JAX's persistent compilation cache can store it.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, PyTree
+
+from ._checkpoint import deferred_interrupt, pack_tree, unpack_tree
+from ._resume import ResumableController, next_step
+from ._watch import WatchState, empty_buffer
+
+
+# Steps per Diffrax call. Between calls the host looks in (progress, Ctrl-C,
+# checkpoints); a call continues the previous one bit for bit, so the chunk
+# size changes nothing but how often the host looks in.
+CHUNK_STEPS = 1000
+
+
+class Spec(eqx.Module):
+    """What a solve is, apart from its data: vector field, solver (possibly a
+    [`gradflow._watch.Watch`][]), step-size controller, save function and chunk
+    size. Static: one compilation per `Spec` (and shapes)."""
+
+    vector_field: Callable
+    solver: dfx.AbstractSolver
+    controller: dfx.AbstractAdaptiveStepSizeController
+    save_fn: Callable
+    chunk_steps: int = eqx.field(static=True, default=CHUNK_STEPS)
+
+    @property
+    def term(self) -> dfx.ODETerm:
+        return dfx.ODETerm(self.vector_field)
+
+
+class LoopState(eqx.Module):
+    """Everything a solve carries from one chunk of steps to the next.
+
+    - `t`, `y`: the point reached;
+    - `solver_state`, `controller_state`, `dt`: how the next step continues
+      (`dt` is the step the controller proposed last);
+    - `saved`: `save_fn`'s values at every save time, shape `(T, ...)`;
+      `filled[i]` says whether save time `i` has been reached;
+    - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: counters;
+    - `result`: Diffrax's result of the last chunk
+      (`max_steps_reached` at a chunk boundary, `successful` at `t1`).
+    """
+
+    t: Float[Array, ""]
+    y: PyTree
+    solver_state: PyTree
+    controller_state: PyTree
+    dt: Float[Array, ""]
+    saved: PyTree
+    filled: Bool[Array, " T"]
+    num_steps: Int[Array, ""]
+    num_accepted_steps: Int[Array, ""]
+    num_rejected_steps: Int[Array, ""]
+    result: Any
+
+
+def _zeros(shape_tree):
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shape_tree)
+
+
+def init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
+    """The state at `t0`: controller and solver initialised (the first step
+    size chosen by the controller), nothing saved yet.
+
+    Every leaf is a strongly typed array, like the states `run_chunk` returns:
+    a Python scalar or a weakly typed leaf (Diffrax's initial controller state
+    has both) would make the first chunk compile once more."""
+    state = _init_state(spec, y0, args, t0, t1, ts)
+    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)
+
+
+@eqx.filter_jit
+def _init_state(spec: Spec, y0, args, t0, t1, ts) -> LoopState:
+    term = spec.term
+    solver = spec.solver
+    tnext, controller_state = spec.controller.init(
+        term, t0, t1, y0, None, args, solver.func, solver.error_order(term)
+    )
+    tnext = jnp.minimum(tnext, t1)
+    solver_state = solver.init(term, t0, tnext, y0, args)
+    one = jax.eval_shape(spec.save_fn, t0, y0, args)
+    saved = jax.tree.map(lambda s: jnp.zeros((ts.shape[0], *s.shape), s.dtype), one)
+    zero = jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
+    return LoopState(
+        t=jnp.asarray(t0),
+        y=y0,
+        solver_state=solver_state,
+        controller_state=controller_state,
+        dt=jnp.asarray(tnext - t0),
+        saved=saved,
+        filled=jnp.zeros(ts.shape, bool),
+        num_steps=zero,
+        num_accepted_steps=zero,
+        num_rejected_steps=zero,
+        result=dfx.RESULTS.max_steps_reached,
+    )
+
+
+def _chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
+    t0 = state.t
+    started = jnp.any(state.filled)
+    t_skip = jnp.where(started, t0, -jnp.inf)
+    one = jax.eval_shape(spec.save_fn, t0, state.y, args)
+
+    # Save times already passed are clipped to `t0` (fixed shapes: no
+    # recompile) and not computed; the `filled` mask keeps the earlier values.
+    def save(t, y, a):
+        return jax.lax.cond(
+            t > t_skip, lambda: spec.save_fn(t, y, a), lambda: _zeros(one)
+        )
+
+    saveat = dfx.SaveAt(
+        subs=[dfx.SubSaveAt(ts=jnp.clip(ts, t0, t1), fn=save), dfx.SubSaveAt(t1=True)],
+        controller_state=True,
+        solver_state=True,
+    )
+    sol = dfx.diffeqsolve(
+        spec.term,
+        spec.solver,
+        t0,
+        t1,
+        state.dt,
+        state.y,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=spec.controller,
+        controller_state=state.controller_state,
+        solver_state=state.solver_state,
+        max_steps=spec.chunk_steps,
+        throw=False,
+    )
+    assert sol.ts is not None and sol.ys is not None
+    t_end = sol.ts[1][0]
+    reached = jnp.isfinite(sol.ts[0]) & (ts <= t_end) & ~state.filled
+
+    def merge(new, old):
+        mask = reached.reshape(reached.shape + (1,) * (new.ndim - 1))
+        return jnp.where(mask, new, old)
+
+    stats = sol.stats
+    return LoopState(
+        t=t_end,
+        y=jax.tree.map(lambda x: x[0], sol.ys[1]),
+        solver_state=sol.solver_state,
+        controller_state=sol.controller_state,
+        dt=next_step(sol.controller_state),
+        saved=jax.tree.map(merge, sol.ys[0], state.saved),
+        filled=state.filled | reached,
+        num_steps=state.num_steps + stats["num_steps"],
+        num_accepted_steps=state.num_accepted_steps + stats["num_accepted_steps"],
+        num_rejected_steps=state.num_rejected_steps + stats["num_rejected_steps"],
+        result=sol.result,
+    )
+
+
+def is_running(state: LoopState) -> Bool[Array, "*batch"]:
+    """Whether a state is at a chunk boundary (more steps to take)."""
+    return state.result == dfx.RESULTS.max_steps_reached
+
+
+@eqx.filter_jit
+def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
+    """Advances `state` by at most `spec.chunk_steps` steps towards `t1`.
+
+    A state that has finished (reached `t1` or failed) is returned unchanged.
+    Pure: `jax.vmap` it over a batch of states (and `args`) to advance many
+    solves at once."""
+    new = _chunk(spec, args, ts, jnp.where(is_running(state), t1, state.t), state)
+    running = is_running(state)
+    return jax.tree.map(lambda a, b: jnp.where(running, a, b), new, state)
+
+
+def make_controller(rtol, atol) -> ResumableController:
+    # Tolerances as arrays: floats would be static and recompile for each value.
+    return ResumableController(
+        dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
+    )
+
+
+# -- the host driver -----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Crossing:
+    """One crossing read from the event buffer (host side)."""
+
+    t: float
+    index: int
+    y: Any
+
+
+def read_buffer(state: LoopState) -> tuple[LoopState, list[Crossing]]:
+    """Takes the crossings out of a [`Watch`][] buffer (host side), returning
+    the state with an empty buffer. Raises if crossings did not fit."""
+    ws = state.solver_state
+    if not isinstance(ws, WatchState):
+        return state, []
+    if int(ws.lost) > 0:
+        raise RuntimeError(
+            f"more than {ws.t.shape[0]} events fired within one chunk of steps "
+            f"(up to t = {float(state.t):.6g}); a condition is chattering around "
+            "its threshold"
+        )
+    n = int(ws.count)
+    if n == 0:
+        return state, []
+    ts = np.asarray(ws.t[:n])
+    idx = np.asarray(ws.index[:n])
+    ys = jax.tree.map(lambda x: np.asarray(x[:n]), ws.y)
+    out = [
+        Crossing(float(ts[i]), int(idx[i]), jax.tree.map(lambda x, i=i: x[i], ys))
+        for i in range(n)
+    ]
+    state = eqx.tree_at(lambda s: s.solver_state, state, _empty(ws))
+    return state, out
+
+
+_empty = eqx.filter_jit(empty_buffer)
+
+
+@dataclasses.dataclass
+class Driven:
+    """What [`drive`][] returns: the final state, the crossings in time order,
+    and how the drive ended."""
+
+    state: LoopState
+    crossings: list[Crossing]
+    interrupted: bool
+    out_of_steps: bool
+    resumed_from: float | None
+    wall_time: float
+
+
+def drive(
+    spec: Spec,
+    state: LoopState,
+    args,
+    ts,
+    t1: float,
+    *,
+    max_steps: int,
+    on_chunk: Callable[[LoopState], None] | None = None,
+    on_crossings: Callable[[list[Crossing]], None] | None = None,
+    checkpoint=None,
+    crossings: list[Crossing] | None = None,
+    resumed_from: float | None = None,
+) -> Driven:
+    """Runs `run_chunk` until the solve finishes, fails, runs out of steps or
+    is interrupted (a first Ctrl-C stops after the current chunk).
+
+    - `on_chunk(state)`: called after each chunk (progress).
+    - `on_crossings(new)`: called with each chunk's new crossings.
+    - `checkpoint`: `None` or a callable `write(state, crossings, force)`
+      invoked after each chunk (`force=False`: write if due) and at the end
+      (`force=True`).
+    """
+    start = time.perf_counter()
+    crossings = [] if crossings is None else crossings
+    ts_j = jnp.asarray(ts)
+    t1_j = jnp.asarray(t1, dtype=ts_j.dtype)
+    interrupted = out_of_steps = False
+    with deferred_interrupt() as interrupt:
+        while bool(is_running(state)):
+            if int(state.num_steps) >= max_steps:
+                out_of_steps = True
+                break
+            state = run_chunk(spec, args, ts_j, t1_j, state)
+            state, new = read_buffer(state)
+            crossings.extend(new)
+            if new and on_crossings is not None:
+                on_crossings(new)
+            if on_chunk is not None:
+                on_chunk(state)
+            if interrupt.requested:
+                interrupted = True
+                break
+            if checkpoint is not None:
+                checkpoint(state, crossings, force=bool(new))
+    if checkpoint is not None:
+        checkpoint(state, crossings, force=True)
+    return Driven(
+        state=state,
+        crossings=crossings,
+        interrupted=interrupted,
+        out_of_steps=out_of_steps,
+        resumed_from=resumed_from,
+        wall_time=time.perf_counter() - start,
+    )
+
+
+def pack_state(state: LoopState) -> dict[str, np.ndarray]:
+    """The state as flat NumPy arrays (for a checkpoint file)."""
+    return pack_tree("state", state)
+
+
+def unpack_state(arrays: dict, like: LoopState) -> LoopState:
+    """The inverse of [`pack_state`][], given a state of the same structure."""
+    return jax.tree.map(jnp.asarray, unpack_tree("state", arrays, like))
+
+
+__all__ = [
+    "CHUNK_STEPS",
+    "Crossing",
+    "Driven",
+    "LoopState",
+    "Spec",
+    "drive",
+    "init_state",
+    "is_running",
+    "make_controller",
+    "pack_state",
+    "read_buffer",
+    "run_chunk",
+    "unpack_state",
+]

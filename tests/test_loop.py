@@ -1,0 +1,99 @@
+"""The solve loop as data: a second solve of the same shapes compiles nothing,
+and `run_chunk` advances a batch of states under `vmap` exactly as it advances
+each alone (the property sweeps stand on)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradflow as gf
+from gradflow import _integrate, _loop
+from gradflow._observe import Observer
+
+
+CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)
+KW = dict(width=2, t1=60.0, ts=np.linspace(0.0, 60.0, 7), progress=False)
+
+
+class _Compiles:
+    def __enter__(self):
+        self.events = []
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.events.append(event)
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
+def test_second_solve_compiles_nothing():
+    for stages in (False, True):
+        gf.integrate(CHAIN, 1e-2, seed=0, stages=stages, **KW)
+        with _Compiles() as c:
+            traj = gf.integrate(CHAIN, 2e-2, seed=1, stages=stages, **KW)
+        assert traj.ok
+        assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
+
+
+def _setup(init_scale, seed):
+    return _integrate._prepare(
+        CHAIN,
+        init_scale,
+        None,
+        2,
+        60.0,
+        KW["ts"],
+        seed,
+        None,
+        1e-6,
+        1e-9,
+        10_000,
+        "float64",
+    )
+
+
+def test_run_chunk_under_vmap_equals_each_member():
+    observer = Observer(stages=True, thresholds=gf.StageThresholds())
+    setups = [_setup(1e-2, 0), _setup(3e-2, 1)]
+    spec = _integrate._spec(setups[0], observer)
+    spec = dataclasses.replace(spec, chunk_steps=40)
+    ts = jnp.asarray(KW["ts"])
+    t1 = jnp.asarray(60.0)
+    states = [
+        _loop.init_state(
+            spec, y0=s.params0, args=s.chain_dt, t0=jnp.asarray(0.0), t1=t1, ts=ts
+        )
+        for s in setups
+    ]
+    alone = []
+    for s, st in zip(setups, states, strict=True):
+        for _ in range(3):
+            st = _loop.run_chunk(spec, s.chain_dt, ts, t1, st)
+        alone.append(st)
+    batch = jax.tree.map(lambda *x: jnp.stack(x), *states)
+    args = setups[0].chain_dt
+    step = jax.vmap(lambda st: _loop.run_chunk(spec, args, ts, t1, st))
+    for _ in range(3):
+        batch = step(batch)
+    for i, st in enumerate(alone):
+        member = jax.tree.map(lambda x, i=i: x[i], batch)
+        # Same steps (a batched matrix product may round differently, so the
+        # values are compared to 1e-10, the step counts exactly).
+        assert int(member.num_steps) == int(st.num_steps)
+        assert int(member.num_rejected_steps) == int(st.num_rejected_steps)
+        np.testing.assert_allclose(float(member.t), float(st.t), rtol=1e-10)
+        for a, b in zip(
+            jax.tree.leaves((st.y, st.saved)),
+            jax.tree.leaves((member.y, member.saved)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-14)
+    # The two members take different steps (per-member step sizes).
+    assert int(alone[0].num_steps) != int(alone[1].num_steps) or float(
+        alone[0].t
+    ) != float(alone[1].t)
