@@ -175,11 +175,10 @@ def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovC
     - `scale`: standard deviation of the logits, finite and > 0.
     """
     d = _check_d(d)
-    scale = _number("scale", scale)
+    scale = check_number("scale", scale)
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be finite and > 0, got scale = {scale}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    seed = check_seed(seed)
     if seed < 0:
         raise ValueError(f"seed must be >= 0 (a NumPy seed), got seed = {seed}")
     logits = scale * np.random.default_rng(seed).standard_normal((d, d))

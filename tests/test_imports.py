@@ -34,9 +34,6 @@ EXPECTED_CYCLE_EDGES: set[tuple[str, str]] = {
     # `_version()` imports `__version__` from the package, whose __init__
     # imports _trajectory (directly and through most modules).
     ("gradflow._trajectory", "gradflow"),
-    # `integrate(stages=True)` hands over to _integrate_stages, which builds on
-    # _integrate's setup: each imports the other (one of them lazily).
-    ("gradflow._integrate", "gradflow._integrate_stages"),
 }
 
 # Known private imports: (importing module, imported-from module, name).
@@ -48,17 +45,8 @@ EXPECTED_PRIVATE: set[tuple[str, str, str]] = {
     # Argument checks that belong in _validate.
     ("gradflow._integrate", "gradflow._model", "_check_init_scale"),
     ("gradflow._integrate", "gradflow._model", "_check_seed"),
-    ("gradflow._integrate", "gradflow._integrate_stages", "_check_callbacks"),
-    ("gradflow._integrate", "gradflow._integrate_stages", "_check_events"),
-    ("gradflow._integrate", "gradflow._integrate_stages", "_check_thresholds"),
-    # The two solve paths sharing internals (the solve-loop redesign).
-    ("gradflow._integrate_stages", "gradflow._integrate", "_Setup"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_checkpointer"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_counters"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_failure_message"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_interrupted"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_meter_factory"),
-    ("gradflow._integrate_stages", "gradflow._integrate", "_outcome"),
+    # The diagnostics of one point, evaluated by the stage detector.
+    ("gradflow._stages", "gradflow._diagnostics", "_point_diagnostics"),
     # The attention primitive shared by the population and the counted
     # finite-context loss.
     ("gradflow._sgd_loss", "gradflow._model", "_attention_weights"),
