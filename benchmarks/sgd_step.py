@@ -55,7 +55,11 @@ def main():
     state = opt.init(params)
     key = jax.random.key(0)
 
-    step = eqx.filter_jit(lambda p, st, k: sgd_step(p, st, k, sampler, opt, b))
+    step = eqx.filter_jit(
+        lambda p, st, k: sgd_step(
+            p, st, k, sampler=sampler, optimizer=opt, batch_size=b
+        )
+    )
     sample = jax.jit(lambda k: sampler(k, b))
     batch = sample(key)
     grad_counted = jax.jit(jax.grad(batch_loss))

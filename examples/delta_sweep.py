@@ -218,12 +218,12 @@ def main():
         lin = c.linearization
         V = np.stack(
             [
-                np.asarray(theory._flat(lin.modes[i]))
+                np.asarray(theory.flatten_params(lin.modes[i]))
                 for i in range(len(lin.eigenvalues))
             ]
         )
-        dx = np.asarray(theory._flat(tr.params[c.index])) - np.asarray(
-            theory._flat(c.params)
+        dx = np.asarray(theory.flatten_params(tr.params[c.index])) - np.asarray(
+            theory.flatten_params(c.params)
         )
         w = (V @ dx) ** 2 / max(float(dx @ dx), 1e-300)
         j = int(np.argmax(w))

@@ -40,7 +40,9 @@ def main():
     found = []
     for i in range(a, c + 1):
         p, ok = theory.refine_critical_point(ch, tr.params[i])
-        dx = np.asarray(theory._flat(tr.params[i])) - np.asarray(theory._flat(p))
+        dx = np.asarray(theory.flatten_params(tr.params[i])) - np.asarray(
+            theory.flatten_params(p)
+        )
         lin = gf.linearize(ch, p)
         found.append((float(np.linalg.norm(dx)), i, p, ok, lin))
         print(
@@ -51,10 +53,15 @@ def main():
     dist, i0, p, ok, lin = min((f for f in found if f[3]), key=lambda f: f[0])
     print(f"closest converged refinement: from save {i0}, distance {dist:.3f}")
     V = np.stack(
-        [np.asarray(theory._flat(lin.modes[k])) for k in range(len(lin.eigenvalues))]
+        [
+            np.asarray(theory.flatten_params(lin.modes[k]))
+            for k in range(len(lin.eigenvalues))
+        ]
     )
-    x = np.stack([np.asarray(theory._flat(tr.params[i])) for i in range(len(tr.ts))])
-    X = x - np.asarray(theory._flat(p))
+    x = np.stack(
+        [np.asarray(theory.flatten_params(tr.params[i])) for i in range(len(tr.ts))]
+    )
+    X = x - np.asarray(theory.flatten_params(p))
     ts = np.asarray(tr.ts)
     after = np.arange(i0, c + 1)
     print(f"closest save {i0}: loss {float(tr.loss[i0]) - lin.loss:+.2e} from L*")

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from ._trajectory import _json_default, _version, atomic_write, read_npz_with_meta
+from ._validate import is_number
 
 
 FORMAT_NAME = "gradflow-checkpoint"
@@ -51,7 +52,9 @@ _INPUT_NAMES = {
 }
 
 
-def _digest(x) -> str:
+def digest(x) -> str:
+    """A short SHA-256 of an array's dtype, shape and bytes: how a fingerprint
+    records an input."""
     x = np.ascontiguousarray(np.asarray(x))
     h = hashlib.sha256()
     h.update(f"{x.dtype.str}{x.shape}".encode())
@@ -115,7 +118,7 @@ def check_path(checkpoint) -> Path | None:
 
 
 def check_every(every) -> float:
-    if isinstance(every, bool) or not isinstance(every, (int, float, np.number)):
+    if not is_number(every):
         raise TypeError(f"checkpoint_every must be a number of seconds, got {every!r}")
     every = float(every)
     if not (math.isfinite(every) and every >= 0):
@@ -159,7 +162,7 @@ class Checkpointer:
             "settings": _jsonable(
                 {k: v for k, v in settings.items() if k not in _FREE_SETTINGS}
             ),
-            "inputs": {k: _digest(v) for k, v in sorted(inputs.items())},
+            "inputs": {k: digest(v) for k, v in sorted(inputs.items())},
         }
         self.last_write = time.monotonic()
         self.num_writes = 0

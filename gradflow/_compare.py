@@ -7,6 +7,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
+from ._custom_types import PARAM_NAMES
 from ._trajectory import Trajectory
 
 
@@ -168,7 +169,7 @@ class Comparison(eqx.Module):
 
 
 def _leaves(params) -> list[np.ndarray]:
-    return [np.asarray(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")]
+    return [np.asarray(getattr(params, n)) for n in PARAM_NAMES]
 
 
 def compare(

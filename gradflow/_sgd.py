@@ -11,6 +11,7 @@ file format in `_sgd_run.py`, the checkpointed state in `_sgd_checkpoint.py`.
 import math
 import os
 import time
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -28,16 +29,10 @@ from ._checkpoint import (
     check_path,
     deferred_interrupt,
 )
-from ._errors import show
-from ._integrate import (
-    _check_positive_finite,
-    _check_ts,
-    _resolve_dtype,
-    default_save_times,
-    initial_point,
-)
-from ._model import Params, _check_seed
+from ._integrate import default_save_times, initial_point
+from ._model import Params
 from ._sgd_checkpoint import (
+    LoopState,
     checkpoint_state,
     fingerprint,
     optimizer_repr,
@@ -47,6 +42,13 @@ from ._sgd_loss import batch_loss, population_observables
 from ._sgd_run import SGDRun
 from ._sgd_samplers import AbstractSampler, ChainSampler, DatasetSampler, WindowSampler
 from ._text import TokenStream
+from ._validate import (
+    check_dtype,
+    check_integer,
+    check_positive_finite,
+    check_save_times,
+    check_seed,
+)
 
 
 # Steps run inside one compiled call between progress-bar updates. Results do
@@ -58,6 +60,7 @@ def sgd_step(
     params: Params,
     opt_state,
     key: PRNGKeyArray,
+    *,
     sampler: AbstractSampler,
     optimizer: optax.GradientTransformation,
     batch_size: int,
@@ -72,7 +75,9 @@ def sgd_step(
 
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counts traces (tested), no limit
-def _advance(params, opt_state, key, start, num_steps, sampler, optimizer, batch_size):
+def _advance(
+    params, opt_state, key, start, num_steps, *, sampler, optimizer, batch_size
+):
     """Runs steps `start, ..., start + num_steps - 1` (a traced count: one compile
     for every chunk length). Returns the new state and the summed batch loss."""
 
@@ -82,9 +87,9 @@ def _advance(params, opt_state, key, start, num_steps, sampler, optimizer, batch
             params,
             opt_state,
             jax.random.fold_in(key, start + i),
-            sampler,
-            optimizer,
-            batch_size,
+            sampler=sampler,
+            optimizer=optimizer,
+            batch_size=batch_size,
         )
         return params, opt_state, total + loss
 
@@ -125,14 +130,6 @@ def _attach_stages(run: SGDRun) -> SGDRun:
 # ------------------------------------------------------------------- train_sgd
 
 
-def _check_int(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {name} = {show(value)}")
-    if value < least:
-        raise ValueError(f"{name} must be >= {least}, got {name} = {value}")
-    return int(value)
-
-
 def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
     """Step numbers for save times: `round(t / lr)`, deduplicated, with step 0.
 
@@ -146,7 +143,7 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
         )
     if ts is None:
         ts = default_save_times(t1)
-    ts = _check_ts(ts, t1, slack=1e-12)
+    ts = check_save_times(ts, t1, slack=1e-12)
     steps = np.unique(np.clip(np.rint(ts / lr).astype(np.int64), 0, last))
     return steps if steps[0] == 0 else np.concatenate([[0], steps])
 
@@ -236,37 +233,76 @@ def train_sgd(
     gf.compare(traj, run).loss_gap
     ```
     """
+    setup = _prepare(
+        source,
+        params,
+        init_scale=init_scale,
+        width=width,
+        seed=seed,
+        context=context,
+        batch_size=batch_size,
+        lr=lr,
+        t1=t1,
+        num_sequences=num_sequences,
+        optimizer=optimizer,
+        ts=ts,
+        dtype=dtype,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+    )
+    return _train(setup, progress)
+
+
+class _Setup(eqx.Module):
+    """Everything `train_sgd` checked and derived, before anything is compiled.
+    `settings` holds the checked arguments; `optimizer` is the one used (the
+    default when none was given) and `opt_state` its initial state."""
+
+    source: MarkovChain | TokenStream
+    chain: MarkovChain
+    chain_dt: MarkovChain
+    params0: Params
+    steps: np.ndarray
+    settings: dict[str, Any]
+    optimizer: optax.GradientTransformation
+    opt_state: Any
+    step_key: PRNGKeyArray
+    sample_key: PRNGKeyArray
+    ckpt: Checkpointer | None
+    start_time: float
+
+
+def _prepare(
+    source,
+    params,
+    *,
+    init_scale,
+    width,
+    seed,
+    context,
+    batch_size,
+    lr,
+    t1,
+    num_sequences,
+    optimizer,
+    ts,
+    dtype,
+    checkpoint,
+    checkpoint_every,
+) -> _Setup:
+    """Checks the arguments of `train_sgd` (one-line errors naming the
+    argument), opens the checkpoint (refusing one of another call), and draws
+    the keys."""
     start_time = time.perf_counter()
-    if isinstance(source, TokenStream):
-        chain = source.chain
-        kind = "text"
-    elif isinstance(source, MarkovChain):
-        chain = source
-        kind = "chain"
-    else:
-        raise TypeError(
-            "source must be a gradflow.MarkovChain or a gradflow.text.TokenStream "
-            f"(from gf.text.encode), got {type(source).__name__}"
-        )
-    jdtype = _resolve_dtype(dtype)
-    context = _check_int("context", context)
-    batch_size = _check_int("batch_size", batch_size)
-    lr = _check_positive_finite("lr", lr)
-    t1 = _check_positive_finite("t1", t1)
-    width = _check_int("width", width)
-    seed = _check_seed(seed)
-    if num_sequences is not None:
-        num_sequences = _check_int("num_sequences", num_sequences)
-        if num_sequences < batch_size:
-            raise ValueError(
-                f"num_sequences = {num_sequences} is smaller than batch_size = "
-                f"{batch_size}; batches are drawn without replacement"
-            )
-    if kind == "text" and len(source) < context + 2:
-        raise ValueError(
-            f"the corpus has {len(source)} tokens, too few for windows of context + 1 "
-            f"= {context + 1} tokens (need at least {context + 2})"
-        )
+    chain, kind = _check_source(source)
+    jdtype = check_dtype(dtype)
+    context = check_integer("context", context, 1)
+    batch_size = check_integer("batch_size", batch_size, 1)
+    lr = check_positive_finite("lr", lr)
+    t1 = check_positive_finite("t1", t1)
+    width = check_integer("width", width, 1)
+    seed = check_seed(seed)
+    num_sequences = _check_data(source, context, batch_size, num_sequences)
     if optimizer is not None and not isinstance(
         optimizer, optax.GradientTransformation
     ):
@@ -300,7 +336,13 @@ def train_sgd(
         # Reads an existing file: a checkpoint of another call is refused here,
         # before anything is compiled.
         fp_settings, fp_inputs = fingerprint(
-            settings, optimizer, opt, params0, source, chain, steps
+            settings,
+            optimizer=optimizer,
+            opt=opt,
+            params0=params0,
+            source=source,
+            chain=chain,
+            steps=steps,
         )
         ckpt = Checkpointer(
             checkpoint, "train_sgd", fp_settings, fp_inputs, checkpoint_every
@@ -312,131 +354,107 @@ def train_sgd(
     opt_state = opt.init(params0)
     if optimizer is None:
         opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
-
-    if ckpt is not None and ckpt.state is not None:
-        done, saved, train, total, count, params_now, opt_state, end = restore_state(
-            ckpt, steps, params0, opt_state, step_key
-        )
-        resumed_from = done
-    else:
-        done, count, total, end = 0, 0, 0.0, None
-        saved, train, params_now = [params0], [], params0
-        resumed_from = None
-    ok, message = (True, "") if end is None else end
-    was_finished, resumed_done, interrupted = end is not None, done, False
-    if not train or (end is None and len(saved) < steps.size):
-        if kind == "chain":
-            sampler = ChainSampler(chain_dt, context)
-        else:
-            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
-        if num_sequences is not None:
-            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
-        if not train:
-            train = [float(_first_batch_loss(params0, step_key, sampler, batch_size))]
-    import tqdm
-
-    bar = tqdm.tqdm(
-        total=int(steps[-1]),
-        initial=done,
-        delay=2.0,
-        disable=not progress,
-        desc="gradflow sgd",
-        unit="step",
+    return _Setup(
+        source=source,
+        chain=chain,
+        chain_dt=chain_dt,
+        params0=params0,
+        steps=steps,
+        settings=settings,
+        optimizer=opt,
+        opt_state=opt_state,
+        step_key=step_key,
+        sample_key=sample_key,
+        ckpt=ckpt,
+        start_time=start_time,
     )
-    try:
-        with deferred_interrupt() as flag:
-            while end is None and len(saved) < steps.size:
-                target = int(steps[len(saved)])
-                n = min(_CHUNK, target - done)
-                params_now, opt_state, chunk_sum = _advance(
-                    params_now,
-                    opt_state,
-                    step_key,
-                    jnp.asarray(done),
-                    jnp.asarray(n),
-                    sampler,
-                    opt,
-                    batch_size,
-                )
-                total += float(chunk_sum)
-                count += n
-                done += n
-                bar.update(n)
-                if done == target:
-                    finite = all(
-                        bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)
-                    )
-                    if not (math.isfinite(total) and finite):
-                        ok = False
-                        message = (
-                            "the mini-batch loss or the parameters became non-finite "
-                            f"between steps {done - count} and {done} (t <= "
-                            f"{done * lr:.6g}); lower lr (now {lr}) or init_scale"
-                        )
-                        break
-                    saved.append(params_now)
-                    train.append(total / count)
-                    total, count = 0.0, 0
-                if flag.requested and len(saved) < steps.size:
-                    interrupted = True
-                    break
-                if ckpt is not None and ckpt.due():
-                    state = (done, saved, train, total, count, params_now, opt_state)
-                    ckpt.write(*checkpoint_state(*state, step_key, None))
-    finally:
-        bar.close()
-    if ckpt is not None and not was_finished:
-        # Always at the end (finished, failed or interrupted). A failed run is
-        # recorded as finished, so that running the call again returns the
-        # failure instead of repeating it.
-        state = (done, saved, train, total, count, params_now, opt_state)
-        end = None if interrupted else (ok, message)
-        ckpt.write(*checkpoint_state(*state, step_key, end))
 
+
+def _check_source(source) -> tuple[MarkovChain, str]:
+    """The chain behind `source` and its kind, `"chain"` or `"text"`."""
+    if isinstance(source, TokenStream):
+        return source.chain, "text"
+    if isinstance(source, MarkovChain):
+        return source, "chain"
+    raise TypeError(
+        "source must be a gradflow.MarkovChain or a gradflow.text.TokenStream "
+        f"(from gf.text.encode), got {type(source).__name__}"
+    )
+
+
+def _check_data(source, context: int, batch_size: int, num_sequences) -> int | None:
+    """`num_sequences` checked against `batch_size`, and a text long enough for
+    one window of `context + 1` tokens."""
+    if num_sequences is not None:
+        num_sequences = check_integer("num_sequences", num_sequences, 1)
+        if num_sequences < batch_size:
+            raise ValueError(
+                f"num_sequences = {num_sequences} is smaller than batch_size = "
+                f"{batch_size}; batches are drawn without replacement"
+            )
+    if isinstance(source, TokenStream) and len(source) < context + 2:
+        raise ValueError(
+            f"the corpus has {len(source)} tokens, too few for windows of context + 1 "
+            f"= {context + 1} tokens (need at least {context + 2})"
+        )
+    return num_sequences
+
+
+def _train(setup: _Setup, progress: bool) -> SGDRun:
+    """Runs (or resumes, or returns a finished checkpoint's) training."""
+    s, steps, ckpt = setup.settings, setup.steps, setup.ckpt
+    if ckpt is not None and ckpt.state is not None:
+        state, end = restore_state(
+            ckpt, steps, setup.params0, setup.opt_state, setup.step_key
+        )
+        resumed_from = state.done
+    else:
+        params0 = setup.params0
+        state = LoopState(0, [params0], [], 0.0, 0, params0, setup.opt_state)
+        end, resumed_from = None, None
+    resumed_done, interrupted, sampler = state.done, False, None
+    if not state.train or (end is None and len(state.saved) < steps.size):
+        sampler = _make_sampler(
+            setup.source,
+            setup.chain_dt,
+            context=s["context"],
+            num_sequences=s["num_sequences"],
+            key=setup.sample_key,
+        )
+        if not state.train:
+            first = _first_batch_loss(
+                setup.params0, setup.step_key, sampler, s["batch_size"]
+            )
+            state.train = [float(first)]
+    if end is None:
+        message, interrupted = _run_chunks(
+            state,
+            steps=steps,
+            step=(sampler, setup.optimizer, s["batch_size"]),
+            key=setup.step_key,
+            lr=s["lr"],
+            ckpt=ckpt,
+            progress=progress,
+        )
+        ok = not message
+    else:
+        ok, message = end
     if interrupted:
         ok = False
-        message = (
-            f"interrupted at step {done} of {int(steps[-1])} (t = {done * lr:.6g})"
-            + (
-                f"; the checkpoint '{ckpt.path}' resumes it: run the same call "
-                "again with the same checkpoint"
-                if ckpt is not None
-                else "; pass checkpoint=PATH (gradflow sgd: --checkpoint PATH) to "
-                "make a run resumable"
-            )
-        )
-    steps_saved = steps[: len(saved)]
-    if interrupted and count > 0 and math.isfinite(total):
-        if all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params_now)):
-            # Keep what was computed since the last save: the iterate at the
-            # interruption (off the save grid) and the mean loss up to it.
-            saved.append(params_now)
-            train.append(total / count)
-            steps_saved = np.append(steps_saved, done)
-    params_saved = jax.tree.map(lambda *xs: jnp.stack(xs), *saved)
-    pop_loss, grad_norm = population_observables(params_saved, chain_dt)
-    wall = time.perf_counter() - start_time
-    stats = {
-        "num_steps": int(done),
-        "steps_run": int(done - resumed_done),
-        "resumed_from_step": resumed_from,
-        "wall_time": wall,
-        "steps_per_second": (done - resumed_done) / wall if wall > 0 else float("nan"),
-        "checkpoint": None if ckpt is None else str(ckpt.path),
-        "checkpoint_writes": 0 if ckpt is None else ckpt.num_writes,
-    }
-    run = SGDRun(
-        ts=steps_saved.astype(np.float64) * lr,
-        steps=steps_saved,
-        population_loss=np.asarray(pop_loss, dtype=np.float64),
-        grad_norm=np.asarray(grad_norm, dtype=np.float64),
-        train_loss=np.asarray(train, dtype=np.float64),
-        params=jax.tree.map(np.asarray, params_saved),
-        chain=chain,
-        settings=settings,
-        stats=stats,
+        message = _interrupted_message(state.done, int(steps[-1]), s["lr"], ckpt)
+    run = _result(
+        state,
+        steps,
+        interrupted=interrupted,
+        chain=setup.chain,
+        chain_dt=setup.chain_dt,
+        settings=s,
         ok=ok,
         message=message,
+        ckpt=ckpt,
+        resumed_from=resumed_from,
+        resumed_done=resumed_done,
+        start_time=setup.start_time,
     )
     run = _attach_stages(run)
     if interrupted:
@@ -446,6 +464,156 @@ def train_sgd(
             checkpoint=None if ckpt is None else ckpt.path,
         )
     return run
+
+
+def _make_sampler(source, chain_dt, *, context, num_sequences, key) -> AbstractSampler:
+    """Fresh sequences of the chain or windows of the text; with
+    `num_sequences`, a fixed dataset of that many drawn once with `key`."""
+    if isinstance(source, TokenStream):
+        sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
+    else:
+        sampler = ChainSampler(chain_dt, context)
+    if num_sequences is not None:
+        sampler = DatasetSampler(_draw(sampler, key, num_sequences), context)
+    return sampler
+
+
+def _run_chunks(state: LoopState, *, steps, step, key, lr, ckpt, progress):
+    """Takes chunks of steps from `state` (updated in place) until the last save
+    step, a non-finite loss or iterate at a save step, or Ctrl-C; writes the
+    periodic checkpoints and one at the end. `step` is `(sampler, optimizer,
+    batch_size)`.
+
+    **Returns:** `(message, interrupted)`; `message` is `""` unless the run
+    failed.
+    """
+    import tqdm
+
+    sampler, optimizer, batch_size = step
+    message, interrupted = "", False
+    bar = tqdm.tqdm(
+        total=int(steps[-1]),
+        initial=state.done,
+        delay=2.0,
+        disable=not progress,
+        desc="gradflow sgd",
+        unit="step",
+    )
+    try:
+        with deferred_interrupt() as flag:
+            while len(state.saved) < steps.size:
+                target = int(steps[len(state.saved)])
+                n = min(_CHUNK, target - state.done)
+                state.params, state.opt_state, chunk_sum = _advance(
+                    state.params,
+                    state.opt_state,
+                    key,
+                    jnp.asarray(state.done),
+                    jnp.asarray(n),
+                    sampler=sampler,
+                    optimizer=optimizer,
+                    batch_size=batch_size,
+                )
+                state.total += float(chunk_sum)
+                state.count += n
+                state.done += n
+                bar.update(n)
+                if state.done == target:
+                    if not (math.isfinite(state.total) and _finite(state.params)):
+                        done, count = state.done, state.count
+                        message = (
+                            "the mini-batch loss or the parameters became non-finite "
+                            f"between steps {done - count} and {done} (t <= "
+                            f"{done * lr:.6g}); lower lr (now {lr}) or init_scale"
+                        )
+                        break
+                    state.saved.append(state.params)
+                    state.train.append(state.total / state.count)
+                    state.total, state.count = 0.0, 0
+                if flag.requested and len(state.saved) < steps.size:
+                    interrupted = True
+                    break
+                if ckpt is not None and ckpt.due():
+                    ckpt.write(*checkpoint_state(state, key, None))
+    finally:
+        bar.close()
+    if ckpt is not None:
+        # Always at the end (finished, failed or interrupted). A failed run is
+        # recorded as finished, so that running the call again returns the
+        # failure instead of repeating it.
+        end = None if interrupted else (not message, message)
+        ckpt.write(*checkpoint_state(state, key, end))
+    return message, interrupted
+
+
+def _interrupted_message(done: int, last: int, lr: float, ckpt) -> str:
+    return f"interrupted at step {done} of {last} (t = {done * lr:.6g})" + (
+        f"; the checkpoint '{ckpt.path}' resumes it: run the same call "
+        "again with the same checkpoint"
+        if ckpt is not None
+        else "; pass checkpoint=PATH (gradflow sgd: --checkpoint PATH) to "
+        "make a run resumable"
+    )
+
+
+def _result(
+    state: LoopState,
+    steps,
+    *,
+    interrupted,
+    chain,
+    chain_dt,
+    settings,
+    ok,
+    message,
+    ckpt,
+    resumed_from,
+    resumed_done,
+    start_time,
+) -> SGDRun:
+    """The run: the saved iterates scored with the population loss, and the
+    stats of this call. An interrupted run keeps what was computed since the
+    last save: the iterate at the interruption (off the save grid) and the mean
+    loss up to it."""
+    lr = settings["lr"]
+    steps_saved = steps[: len(state.saved)]
+    if interrupted and state.count > 0 and math.isfinite(state.total):
+        if _finite(state.params):
+            state.saved.append(state.params)
+            state.train.append(state.total / state.count)
+            steps_saved = np.append(steps_saved, state.done)
+    params_saved = jax.tree.map(lambda *xs: jnp.stack(xs), *state.saved)
+    pop_loss, grad_norm = population_observables(params_saved, chain_dt)
+    wall = time.perf_counter() - start_time
+    stats = {
+        "num_steps": int(state.done),
+        "steps_run": int(state.done - resumed_done),
+        "resumed_from_step": resumed_from,
+        "wall_time": wall,
+        "steps_per_second": (state.done - resumed_done) / wall
+        if wall > 0
+        else float("nan"),
+        "checkpoint": None if ckpt is None else str(ckpt.path),
+        "checkpoint_writes": 0 if ckpt is None else ckpt.num_writes,
+    }
+    run = SGDRun(
+        ts=steps_saved.astype(np.float64) * lr,
+        steps=steps_saved,
+        population_loss=np.asarray(pop_loss, dtype=np.float64),
+        grad_norm=np.asarray(grad_norm, dtype=np.float64),
+        train_loss=np.asarray(state.train, dtype=np.float64),
+        params=jax.tree.map(np.asarray, params_saved),
+        chain=chain,
+        settings=settings,
+        stats=stats,
+        ok=ok,
+        message=message,
+    )
+    return run
+
+
+def _finite(params) -> bool:
+    return all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params))
 
 
 __all__ = [

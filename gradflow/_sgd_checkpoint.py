@@ -2,17 +2,39 @@
 settings, inputs and a process-independent description of the optimizer) and
 the training loop's state, written and read back."""
 
+import dataclasses
 import functools
 import re
 import types
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checkpoint import _digest, pack_tree, unpack_tree
+from ._checkpoint import digest, pack_tree, unpack_tree
 from ._custom_types import PARAM_NAMES
 from ._text import TokenStream
+
+
+@dataclasses.dataclass
+class LoopState:
+    """What the SGD loop carries from one chunk of steps to the next (on the
+    host, between compiled calls), and what a checkpoint holds.
+
+    **Fields:** `done` (steps taken), `saved` (the iterates at the save steps
+    reached so far, the initial point first), `train` (the mean mini-batch loss
+    of each save interval), `total` and `count` (summed mini-batch loss and
+    number of the steps since the last save), `params` and `opt_state` (now).
+    """
+
+    done: int
+    saved: list[Any]
+    train: list[float]
+    total: float
+    count: int
+    params: Any
+    opt_state: Any
 
 
 # Entries recorded by `describe_optimizer` at most (a closure could hold a
@@ -38,7 +60,7 @@ def describe_optimizer(obj, path: str = "", out=None, seen=None, depth: int = 0)
         return out
     if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
         a = np.asarray(obj)
-        out[path] = a.tolist() if a.size <= 16 else f"sha256:{_digest(a)}"
+        out[path] = a.tolist() if a.size <= 16 else f"sha256:{digest(a)}"
         return out
     if id(obj) in seen:
         return out
@@ -79,8 +101,9 @@ def optimizer_repr(optimizer) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(optimizer))[:200]
 
 
-def fingerprint(settings, optimizer, opt, params0, source, chain, steps):
-    """The `(settings, inputs)` a checkpoint of this call must match."""
+def fingerprint(settings, *, optimizer, opt, params0, source, chain, steps):
+    """The `(settings, inputs)` a checkpoint of this call must match: `optimizer`
+    is the one given (`None` for the default), `opt` the one used."""
     settings = dict(settings)
     if optimizer is not None:
         # `settings["optimizer"]` names only the outer function of most Optax
@@ -104,34 +127,35 @@ def fingerprint(settings, optimizer, opt, params0, source, chain, steps):
     return settings, inputs
 
 
-def checkpoint_state(done, saved, train, total, count, params, opt_state, key, end):
-    """The loop's state as `(meta, arrays)` for `Checkpointer.write`. `end` is
+def checkpoint_state(state: LoopState, key, end):
+    """The loop's `state` as `(meta, arrays)` for `Checkpointer.write`. `end` is
     `None` while running, else `(ok, message)`. Everything the next steps
     depend on is here; the data do not need to be, since step `k` draws with
     `fold_in(key, k)` from a key made from `seed`."""
     meta = {
-        "done": int(done),
-        "num_saved": len(saved),
-        "count": int(count),
+        "done": int(state.done),
+        "num_saved": len(state.saved),
+        "count": int(state.count),
         "finished": end is not None,
         "ok": True if end is None else bool(end[0]),
         "message": "" if end is None else end[1],
     }
-    stacked = jax.tree.map(lambda *xs: np.stack(xs), *saved)
+    stacked = jax.tree.map(lambda *xs: np.stack(xs), *state.saved)
     arrays = {
-        **pack_tree("params", params),
-        **pack_tree("opt_state", opt_state),
+        **pack_tree("params", state.params),
+        **pack_tree("opt_state", state.opt_state),
         **pack_tree("saved", stacked),
-        "train_loss": np.asarray(train, dtype=np.float64),
-        "partial_sum": np.asarray(total, dtype=np.float64),
+        "train_loss": np.asarray(state.train, dtype=np.float64),
+        "partial_sum": np.asarray(state.total, dtype=np.float64),
         "key_data": np.asarray(jax.random.key_data(key)),
     }
     return meta, arrays
 
 
-def restore_state(ckpt, steps, params0, opt_state, key):
+def restore_state(ckpt, steps, params0, opt_state, key) -> tuple[LoopState, Any]:
     """The loop's state read back from `ckpt` (see `checkpoint_state`), checked
-    for consistency; a `ValueError` naming the file if it is not."""
+    for consistency; a `ValueError` naming the file if it is not. Returns
+    `(state, end)`, `end` as in `checkpoint_state`."""
     meta, arrays = ckpt.state
     try:
         done, num_saved, count = meta["done"], meta["num_saved"], meta["count"]
@@ -171,4 +195,14 @@ def restore_state(ckpt, steps, params0, opt_state, key):
             f"checkpoint '{ckpt.path}' is inconsistent ({what}); delete it to start "
             "afresh"
         ) from None
-    return done, saved, train, total, count, params, opt_state, end
+    return LoopState(done, saved, train, total, count, params, opt_state), end
+
+
+__all__ = [
+    "LoopState",
+    "checkpoint_state",
+    "describe_optimizer",
+    "fingerprint",
+    "optimizer_repr",
+    "restore_state",
+]

@@ -84,3 +84,11 @@ def population_observables(params: Params, chain: MarkovChain):
         losses.append(np.asarray(loss)[:n])
         norms.append(np.asarray(norm)[:n])
     return np.concatenate(losses), np.concatenate(norms)
+
+
+__all__ = [
+    "batch_loss",
+    "context_counts",
+    "counted_context_loss",
+    "population_observables",
+]

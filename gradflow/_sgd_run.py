@@ -93,3 +93,11 @@ def load_sgd(path) -> SGDRun:
     """
     own = ("ts", "steps", "population_loss", "grad_norm", "train_loss")
     return SGDRun(**read_result(path, FORMAT_NAME, FORMAT_VERSION, "SGD-run", own))
+
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "SGDRun",
+    "load_sgd",
+]

@@ -88,3 +88,11 @@ class DatasetSampler(AbstractSampler):
             return self.sequences
         index = jax.random.choice(key, N, (batch_size,), replace=False)
         return self.sequences[index]
+
+
+__all__ = [
+    "AbstractSampler",
+    "ChainSampler",
+    "DatasetSampler",
+    "WindowSampler",
+]

@@ -15,25 +15,18 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 import numpy as np
 
 from ._chain import MarkovChain
-from ._errors import is_number, show
+from ._validate import check_integer, check_number, check_seed
 
 
 def _check_d(d: int, least: int = 2) -> int:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-        raise TypeError(f"d must be an integer, got d = {show(d)}")
+    d = check_integer("d", d)
     if d < least:
         raise ValueError(f"d must be at least {least}, got d = {d}")
     return int(d)
 
 
-def _number(name: str, value) -> float:
-    if not is_number(value):
-        raise TypeError(f"{name} must be a number, got {name} = {show(value)}")
-    return float(value)
-
-
 def _check_open_unit(name: str, value: float, low_closed: bool = False) -> float:
-    value = _number(name, value)
+    value = check_number(name, value)
     ok = (0 <= value < 1) if low_closed else (0 < value < 1)
     if not np.isfinite(value) or not ok:
         interval = "[0, 1)" if low_closed else "(0, 1)"
@@ -48,14 +41,14 @@ def _sticky_matrix(pi: np.ndarray, rho: float) -> np.ndarray:
 
 
 def _check_delta(delta: float) -> float:
-    delta = _number("delta", delta)
+    delta = check_number("delta", delta)
     if not np.isfinite(delta) or abs(delta) >= 1:
         raise ValueError(f"delta must lie in (-1, 1), got delta = {delta}")
     return delta
 
 
 def _check_exponent(exponent: float) -> float:
-    exponent = _number("exponent", exponent)
+    exponent = check_number("exponent", exponent)
     if not np.isfinite(exponent) or exponent < 0:
         raise ValueError(f"exponent must be finite and >= 0, got {exponent}")
     return exponent
@@ -153,12 +146,11 @@ def random(
     - `exponent`: Zipf exponent of the mean row, finite and $\ge 0$.
     """
     d = _check_d(d)
-    concentration = _number("concentration", concentration)
+    concentration = check_number("concentration", concentration)
     if not np.isfinite(concentration) or concentration <= 0:
         raise ValueError(f"concentration must be > 0, got {concentration}")
     exponent = _check_exponent(exponent)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    seed = check_seed(seed)
     if seed < 0:
         raise ValueError(f"seed must be >= 0 (a NumPy seed), got seed = {seed}")
     rng = np.random.default_rng(seed)
@@ -183,11 +175,10 @@ def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovC
     - `scale`: standard deviation of the logits, finite and > 0.
     """
     d = _check_d(d)
-    scale = _number("scale", scale)
+    scale = check_number("scale", scale)
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be finite and > 0, got scale = {scale}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
+    seed = check_seed(seed)
     if seed < 0:
         raise ValueError(f"seed must be >= 0 (a NumPy seed), got seed = {seed}")
     logits = scale * np.random.default_rng(seed).standard_normal((d, d))

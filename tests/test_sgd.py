@@ -8,8 +8,23 @@ import scipy.stats
 from conftest import random_params
 
 import gradflow as gf
+import gradflow._sgd as sgd_module
 from gradflow._sgd_loss import context_counts, counted_context_loss
 from gradflow._sgd_samplers import ChainSampler, DatasetSampler, WindowSampler
+
+
+@pytest.fixture(autouse=True)
+def no_stage_detection(monkeypatch, request):
+    """Stage detection on a run's saves costs more than a small run itself (it
+    compiles anew for every run), so the tests that do not look at stages skip
+    it; those that do request `real_stages`."""
+    if "real_stages" not in request.fixturenames:
+        monkeypatch.setattr(sgd_module, "_attach_stages", lambda run: run)
+
+
+@pytest.fixture
+def real_stages():
+    """Requested by a test that keeps stage detection (see `no_stage_detection`)."""
 
 
 # ------------------------------------------------------------------ sampling
@@ -230,7 +245,7 @@ def test_text_source_and_optimizer():
     assert np.isfinite(run.train_loss).all()
 
 
-def test_save_load_roundtrip(tmp_path):
+def test_save_load_roundtrip(tmp_path, real_stages):
     run = gf.train_sgd(_small_chain(), init_scale=0.2, width=3, lr=0.5, t1=2.0, **SMALL)
     path = run.save(tmp_path / "run.npz")
     back = gf.load_sgd(path)
@@ -395,7 +410,7 @@ def test_cli_sgd_bad_input(capsys):
 
 
 @pytest.mark.slow
-def test_sgd_tracks_flow_on_unseen_chain():
+def test_sgd_tracks_flow_on_unseen_chain(real_stages):
     """The issue's criterion on one chain used nowhere else: context 256,
     batch 512, lr 0.2; first-drop crossing times within 10 %, and the mean
     population-loss gap after the drop below 0.01."""
@@ -418,7 +433,7 @@ def test_sgd_tracks_flow_on_unseen_chain():
     assert cmp.mean_abs_gap_after < 0.01
 
 
-def test_sgd_run_has_the_flows_stages():
+def test_sgd_run_has_the_flows_stages(real_stages):
     """SGD iterates go through the same stage detector as the flow; at context
     256, batch 512, lr 0.2 the first cycle's stages start at nearly the same
     times (SGD is a few percent late, see docs/sgd.md)."""

@@ -81,20 +81,20 @@ def _fail_at_call(monkeypatch, n, action=None):
     the list of calls made."""
     calls = []
 
-    def advance(*args):
+    def advance(*args, **kwargs):
         calls.append(int(args[3]))  # the first step of the chunk
         if len(calls) == n:
             if action is None:
                 raise _Crash
             action()
-        return _REAL_ADVANCE(*args)
+        return _REAL_ADVANCE(*args, **kwargs)
 
     monkeypatch.setattr(sgd_module, "_advance", advance)
     return calls
 
 
 def _no_steps(monkeypatch):
-    def advance(*args):
+    def advance(*args, **kwargs):
         raise AssertionError("a step was taken")
 
     monkeypatch.setattr(sgd_module, "_advance", advance)
@@ -154,15 +154,18 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
     checkpoint with the momentum zeroed resumes to different bits."""
     path = tmp_path / "momentum.ckpt.npz"
     opt = lambda: optax.sgd(0.2, momentum=0.5)  # a new object each call
-    assert repr(opt()) != repr(opt())
-    ref = _reference(optimizer=opt())
+    # Each new object compiles the step anew (its functions are static), so
+    # the crashed run shares the reference's object; the resumed ones do not.
+    first, second = opt(), opt()
+    assert repr(first) != repr(second)
+    ref = _reference(optimizer=first)
     assert not np.array_equal(ref.params.W0, reference.params.W0)  # momentum acts
     _fail_at_call(monkeypatch, 4)
     with pytest.raises(_Crash):
-        gf.train_sgd(CHAIN, **KW, optimizer=opt(), checkpoint=path, checkpoint_every=0)
+        gf.train_sgd(CHAIN, **KW, optimizer=first, checkpoint=path, checkpoint_every=0)
     monkeypatch.setattr(sgd_module, "_advance", _REAL_ADVANCE)
     saved = path.read_bytes()
-    run = gf.train_sgd(CHAIN, **KW, optimizer=opt(), checkpoint=path)
+    run = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
     assert run.stats["resumed_from_step"] == 10
     _assert_same_run(run, ref)
 
@@ -173,7 +176,7 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
         if k.startswith("opt_state/"):
             arrays[k] = np.zeros_like(arrays[k])
     np.savez(path, __gradflow__=np.array(json.dumps(meta)), **arrays)
-    zeroed = gf.train_sgd(CHAIN, **KW, optimizer=opt(), checkpoint=path)
+    zeroed = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
     assert zeroed.stats["resumed_from_step"] == 10
     np.testing.assert_array_equal(zeroed.params.W0[:2], ref.params.W0[:2])
     assert not np.array_equal(zeroed.params.W0[-1], ref.params.W0[-1])

@@ -152,8 +152,10 @@ def test_cli(short_traj, tmp_path, capsys):
 
 
 def test_report_on_a_too_short_trajectory():
+    # The model size of `short_traj` (d = 4, width 4): the solve compiled there
+    # is reused.
     traj = gf.integrate(
-        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=3, t1=5.0, progress=False
+        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=4, t1=5.0, progress=False
     )
     assert gf.theory_report(traj) == []  # nothing measurable yet, nothing invented
 
@@ -187,7 +189,21 @@ def test_bad_input():
         th.unigram_point(chain, 0)
     with pytest.raises(ValueError, match="level = 3.0"):
         th.origin_escape_offset(chain, 3.0)
-    traj = gf.integrate(chain, 1e-3, width=2, t1=1.0, progress=False)
+    # Three saves are all `plateaus` reads (a solve would only add compile time).
+    traj = gf.Trajectory(
+        ts=np.array([0.0, 0.5, 1.0]),
+        loss=np.full(3, math.log(4)),
+        grad_norm=np.full(3, 1e-3),
+        params=gf.Params(
+            *(
+                np.stack([np.asarray(getattr(p, n))] * 3)
+                for n in ("W0", "W1", "WQ", "WK")
+            )
+        ),
+        chain=chain,
+        settings={},
+        stats={},
+    )
     with pytest.raises(ValueError, match="threshold = -1.0"):
         th.plateaus(traj, threshold=-1.0)
     with pytest.raises(TypeError, match="gradflow.Trajectory"):

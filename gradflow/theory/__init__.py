@@ -37,8 +37,10 @@ from ._critical import (
 )
 from ._linearize import (
     Linearization as Linearization,
+    flatten_params as flatten_params,
     lanczos as lanczos,
     linearize as linearize,
+    unflatten_params as unflatten_params,
 )
 from ._predictions import (
     focus_prediction as focus_prediction,
@@ -63,6 +65,7 @@ __all__ = [
     "critical_points",
     "eigen_clusters",
     "flank_rate",
+    "flatten_params",
     "focus_prediction",
     "format_report",
     "lanczos",
@@ -75,6 +78,7 @@ __all__ = [
     "subspace_overlap",
     "theory_report",
     "track_cluster",
+    "unflatten_params",
     "unigram_point",
     "unstable_amplitude",
 ]

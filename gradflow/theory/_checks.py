@@ -9,9 +9,9 @@ import numpy as np
 
 from .._chain import MarkovChain
 from .._custom_types import PARAM_NAMES
-from .._errors import is_number, show
 from .._model import Params
 from .._trajectory import Trajectory
+from .._validate import check_finite_entries, is_number, show
 
 
 def check_chain(chain) -> MarkovChain:
@@ -34,10 +34,7 @@ def check_point(params, chain: MarkovChain) -> Params:
                 f"shape {np.shape(getattr(params, name))}; index a trajectory's params "
                 "as traj.params[i]"
             )
-        value = np.asarray(getattr(params, name))
-        if not np.isfinite(value).all():
-            i = tuple(int(k) for k in np.argwhere(~np.isfinite(value))[0])
-            raise ValueError(f"params.{name} has a non-finite entry at {i}: {value[i]}")
+        check_finite_entries(f"params.{name}", getattr(params, name))
     if params.d != chain.d:
         raise ValueError(
             f"params are for d = {params.d} tokens but the chain has d = {chain.d}"
@@ -70,3 +67,12 @@ def check_rel_tol(tol) -> float:
     if not math.isfinite(tol) or not 0 < tol < 1:
         raise ValueError(f"tol must lie in (0, 1), got tol = {tol}")
     return tol
+
+
+__all__ = [
+    "check_chain",
+    "check_method",
+    "check_point",
+    "check_rel_tol",
+    "check_trajectory",
+]

@@ -167,3 +167,11 @@ def continue_critical_point(
         )
         prev_basis, prev_flat = vectors[idx], flat
     return out
+
+
+__all__ = [
+    "continue_critical_point",
+    "eigen_clusters",
+    "subspace_overlap",
+    "track_cluster",
+]

@@ -238,3 +238,13 @@ def critical_points(
             )
         )
     return out
+
+
+__all__ = [
+    "CriticalPoint",
+    "DEFAULT_PLATEAU_THRESHOLD",
+    "classify",
+    "critical_points",
+    "plateaus",
+    "refine_critical_point",
+]

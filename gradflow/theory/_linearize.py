@@ -27,6 +27,7 @@ def flatten_params(params: Params) -> jax.Array:
 
 
 def unflatten_params(x: jax.Array, m: int, d: int) -> Params:
+    """The inverse of `flatten_params` for a model of width `m` on `d` tokens."""
     sizes = (m * d, d * m, m * m, m * m)
     shapes = ((m, d), (d, m), (m, m), (m, m))
     parts, start = [], 0
@@ -309,3 +310,17 @@ def linearize(
         tol=tol * scale,
         gauge_rank=gauge,
     )
+
+
+__all__ = [
+    "DEFAULT_MAX_DENSE",
+    "DEFAULT_REL_TOL",
+    "Linearization",
+    "flat_grad",
+    "flat_hessian",
+    "flat_hvp",
+    "flatten_params",
+    "lanczos",
+    "linearize",
+    "unflatten_params",
+]

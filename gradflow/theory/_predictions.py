@@ -11,6 +11,7 @@ import optimistix as optx
 
 from .._chain import MarkovChain
 from .._model import Params
+from .._validate import is_integer
 from ._checks import check_chain
 from ._linearize import Linearization
 
@@ -35,7 +36,7 @@ def unigram_point(chain: MarkovChain, width: int) -> Params:
     for every query, and $L = H(\pi)$.
     """
     chain = check_chain(chain)
-    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+    if not is_integer(width) or width < 1:
         raise ValueError(f"width must be an integer >= 1, got width = {width!r}")
     pi = np.asarray(chain.pi)
     d = pi.size
@@ -167,3 +168,13 @@ def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> 
     E = jnp.asarray(params.W0)
     S = (mode.WQ @ E).T @ (mode.WK @ E)
     return int(np.argmax(np.asarray(chain.pi @ S)))
+
+
+__all__ = [
+    "focus_prediction",
+    "mode_focus_token",
+    "origin_escape_offset",
+    "origin_rate",
+    "unigram_point",
+    "unstable_amplitude",
+]

@@ -96,6 +96,199 @@ def _row(quantity, predicted, measured, note="") -> dict[str, Any]:
     }
 
 
+def _origin_rows(traj: Trajectory) -> list[dict[str, Any]]:
+    """The rows of the escape from the origin (empty if the linear regime has
+    fewer than 3 saves)."""
+    chain = traj.chain
+    pi = np.asarray(chain.pi)
+    d = chain.d
+    u = pi - 1.0 / d
+    ts = np.asarray(traj.ts)
+    loss = np.asarray(traj.loss)
+    P = traj.params
+    rows: list[dict[str, Any]] = []
+    sigma = origin_rate(chain)
+    s0 = np.linalg.svd(np.asarray(P.W0), compute_uv=False)[:, 0]
+    s1 = np.linalg.svd(np.asarray(P.W1), compute_uv=False)[:, 0]
+    growth = np.sqrt(s0 * s1)
+    rate, t_lo, t_hi, n = _fit_rate(ts, growth, 10 * growth[0], 0.1)
+    if n < 3:
+        return rows
+    rows.append(
+        _row(
+            "origin escape rate",
+            sigma,
+            rate,
+            f"fit of log sqrt(s1(W0) s1(W1)) on t in [{t_lo:.4g}, {t_hi:.4g}], "
+            f"{n} saves",
+        )
+    )
+    level = 0.5 * (math.log(d) + float(chain.unigram_entropy))
+    g0 = unstable_amplitude(chain, P[0])
+    tau1 = origin_escape_offset(chain, level)
+    rows.append(
+        _row(
+            "origin escape time",
+            math.log(1.0 / g0) / sigma + tau1,
+            _loss_crossing(ts, loss, level),
+            f"log(1/|g0|)/sigma + tau1, |g0| = {g0:.3g}, tau1 = {tau1:.4g}; "
+            f"measured: loss crosses {level:.5g}",
+        )
+    )
+    i_end = int(np.flatnonzero(ts <= t_hi)[-1])
+    U0, _, V0 = np.linalg.svd(np.asarray(P.W0[i_end]))
+    U1, _, _ = np.linalg.svd(np.asarray(P.W1[i_end]))
+    cos0 = abs(V0[0] @ pi) / np.linalg.norm(pi)
+    cos1 = abs(U1[:, 0] @ u) / np.linalg.norm(u)
+    rows.append(_row("W0 alignment with pi", 1.0, cos0, f"at t = {ts[i_end]:.4g}"))
+    rows.append(
+        _row("W1 alignment with pi - 1/d", 1.0, cos1, f"at t = {ts[i_end]:.4g}")
+    )
+    frozen = max(
+        float(np.linalg.norm(P.WQ[i_end] - P.WQ[0]) / np.linalg.norm(P.WQ[0])),
+        float(np.linalg.norm(P.WK[i_end] - P.WK[0]) / np.linalg.norm(P.WK[0])),
+    )
+    row = _row(
+        "attention frozen",
+        0.0,
+        frozen,
+        f"max relative change of WQ, WK to t = {ts[i_end]:.4g}",
+    )
+    row["rel_error"] = frozen
+    rows.append(row)
+    return rows
+
+
+def _unigram_rows(
+    traj: Trajectory, points: list[CriticalPoint], k: int
+) -> list[dict[str, Any]]:
+    """The rows of the unigram plateau (`points[k]`) and of the focus that
+    leaves it."""
+    chain = traj.chain
+    pi = np.asarray(chain.pi)
+    ts = np.asarray(traj.ts)
+    P = traj.params
+    H_pi = float(chain.unigram_entropy)
+    rows: list[dict[str, Any]] = []
+    cp = points[k]
+    rows.append(
+        _row(
+            "unigram plateau loss",
+            H_pi,
+            cp.loss,
+            f"refined point near t = {cp.t:.4g}",
+        )
+    )
+    zc = np.log(pi) - np.log(pi).mean()
+    U1, _, _ = np.linalg.svd(np.asarray(cp.params.W1))
+    rows.append(
+        _row(
+            "W1 alignment with log pi - mean",
+            1.0,
+            abs(U1[:, 0] @ zc) / np.linalg.norm(zc),
+            "top left singular vector of W1 at the unigram point",
+        )
+    )
+    lam_refined = cp.linearization.unstable_rate
+    # The unigram critical points form a manifold; the flow reaches its
+    # balanced rank-one point (W0 W0^T - W1^T W1 is conserved while
+    # attention is uniform, and ~0 from a small start), so the prediction
+    # is the Hessian there. A point refined from a save is another point
+    # of the manifold, with another rate: reported separately.
+    lam = linearize(chain, unigram_point(chain, cp.params.m)).unstable_rate
+    # measured: half the slope of log |S|_F on the plateau while |S| < 0.1
+    S = jnp.einsum("tmi,tnm,tnk,tkj->tij", P.W0, P.WQ, P.WK, P.W0)
+    Snorm = np.asarray(jnp.linalg.norm(S, axis=(1, 2)))
+    # from the plateau's closest approach to the unigram point (where the
+    # linearisation there applies) until |S| reaches 0.1 (still linear)
+    window = np.flatnonzero((np.arange(len(ts)) >= cp.index) & (Snorm < 0.1))
+    if window.size >= 3:
+        window = window[: np.argmax(np.diff(np.r_[window, -10]) != 1) + 1]
+    if window.size >= 3:
+        slope = np.polyfit(ts[window], np.log(Snorm[window]), 1)[0]
+        rows.append(
+            _row(
+                "focus growth rate",
+                lam,
+                slope / 2,
+                f"half slope of log|S| on t in [{ts[window[0]]:.4g}, "
+                f"{ts[window[-1]]:.4g}], {window.size} saves",
+            )
+        )
+    fp = focus_prediction(chain)
+    rows.append(
+        _row(
+            "focus rate (closed form)",
+            fp["rate"],
+            lam,
+            "a^2 |gamma| against the Hessian at the balanced unigram point",
+        )
+    )
+    rows.append(
+        _row(
+            "focus rate at refined plateau point",
+            lam,
+            lam_refined,
+            f"Hessian at the critical point refined from t = {cp.t:.4g} "
+            f"(distance {cp.distance:.3g}; not balanced)",
+        )
+    )
+    # measured focus token: the key whose attention, relative to its prior
+    # weight pi_k, rose most: argmax_k sum_i pi_i log(A[i, k] / pi_k)
+    A = np.asarray(jax.vmap(lambda p: attention(p, chain))(P))
+    lift = np.einsum("i,tik->tk", pi, np.log(A / pi[None, None, :]))
+    # the focus stage: from the unigram point to the next plateau
+    t_next = points[k + 1].t if k + 1 < len(points) else np.inf
+    after = np.flatnonzero((ts >= cp.t) & (ts <= t_next))
+    gain_t = after[np.argmax(np.max(lift[after], axis=1))] if after.size else -1
+    measured_token = int(np.argmax(lift[gain_t]))
+    row = _row(
+        "focus token",
+        fp["token"],
+        measured_token,
+        f"sign rule (kappa = {fp['kappa']:.3g}); measured: largest attention lift "
+        f"gain, at t = {ts[gain_t]:.4g}",
+    )
+    row["rel_error"] = float(fp["token"] != measured_token)
+    rows.append(row)
+    rows.append(
+        _row(
+            "focus token (Hessian mode)",
+            fp["token"],
+            mode_focus_token(chain, cp.params, cp.linearization),
+            "token favoured by the unstable mode's scores",
+        )
+    )
+    rows[-1]["rel_error"] = float(rows[-1]["predicted"] != rows[-1]["measured"])
+    return rows
+
+
+def _later_rows(
+    traj: Trajectory, points: list[CriticalPoint], later: list[int]
+) -> list[dict[str, Any]]:
+    """The escape-rate rows of the later saddles (`points[j]`, `j` in `later`)."""
+    ts = np.asarray(traj.ts)
+    rows: list[dict[str, Any]] = []
+    for j in later:
+        cp = points[j]
+        if cp.kind != "saddle" or not cp.converged or cp.index >= len(ts) - 3:
+            continue
+        fr = flank_rate(traj, cp.index)
+        if fr["n"] < 3:
+            continue
+        rows.append(
+            _row(
+                f"plateau L={cp.loss:.5g} escape rate",
+                cp.linearization.unstable_rate,
+                fr["rate"],
+                f"t* = {cp.t:.4g}, refined point {cp.distance:.2g} away; slope of "
+                f"log|grad L| on t in [{fr['t0']:.4g}, {fr['t1']:.4g}], "
+                f"{fr['n']} saves",
+            )
+        )
+    return rows
+
+
 def theory_report(
     traj: Trajectory,
     *,
@@ -132,185 +325,18 @@ def theory_report(
     such plateau) are left out.
     """
     traj = check_trajectory(traj)
-    chain = traj.chain
-    pi = np.asarray(chain.pi)
-    d = chain.d
-    u = pi - 1.0 / d
-    ts = np.asarray(traj.ts)
-    loss = np.asarray(traj.loss)
-    P = traj.params
-    rows: list[dict[str, Any]] = []
     if points is None:
         points = critical_points(traj, threshold=threshold)
-
-    # --- origin -------------------------------------------------------------
-    sigma = origin_rate(chain)
-    s0 = np.linalg.svd(np.asarray(P.W0), compute_uv=False)[:, 0]
-    s1 = np.linalg.svd(np.asarray(P.W1), compute_uv=False)[:, 0]
-    growth = np.sqrt(s0 * s1)
-    rate, t_lo, t_hi, n = _fit_rate(ts, growth, 10 * growth[0], 0.1)
-    if n >= 3:
-        rows.append(
-            _row(
-                "origin escape rate",
-                sigma,
-                rate,
-                f"fit of log sqrt(s1(W0) s1(W1)) on t in [{t_lo:.4g}, {t_hi:.4g}], "
-                f"{n} saves",
-            )
-        )
-        level = 0.5 * (math.log(d) + float(chain.unigram_entropy))
-        g0 = unstable_amplitude(chain, P[0])
-        tau1 = origin_escape_offset(chain, level)
-        rows.append(
-            _row(
-                "origin escape time",
-                math.log(1.0 / g0) / sigma + tau1,
-                _loss_crossing(ts, loss, level),
-                f"log(1/|g0|)/sigma + tau1, |g0| = {g0:.3g}, tau1 = {tau1:.4g}; "
-                f"measured: loss crosses {level:.5g}",
-            )
-        )
-        i_end = int(np.flatnonzero(ts <= t_hi)[-1])
-        U0, _, V0 = np.linalg.svd(np.asarray(P.W0[i_end]))
-        U1, _, _ = np.linalg.svd(np.asarray(P.W1[i_end]))
-        cos0 = abs(V0[0] @ pi) / np.linalg.norm(pi)
-        cos1 = abs(U1[:, 0] @ u) / np.linalg.norm(u)
-        rows.append(_row("W0 alignment with pi", 1.0, cos0, f"at t = {ts[i_end]:.4g}"))
-        rows.append(
-            _row("W1 alignment with pi - 1/d", 1.0, cos1, f"at t = {ts[i_end]:.4g}")
-        )
-        frozen = max(
-            float(np.linalg.norm(P.WQ[i_end] - P.WQ[0]) / np.linalg.norm(P.WQ[0])),
-            float(np.linalg.norm(P.WK[i_end] - P.WK[0]) / np.linalg.norm(P.WK[0])),
-        )
-        row = _row(
-            "attention frozen",
-            0.0,
-            frozen,
-            f"max relative change of WQ, WK to t = {ts[i_end]:.4g}",
-        )
-        row["rel_error"] = frozen
-        rows.append(row)
-
-    # --- unigram point and focus ------------------------------------------------
-    H_pi = float(chain.unigram_entropy)
+    rows = _origin_rows(traj)
+    H_pi = float(traj.chain.unigram_entropy)
     unigram = [
         k for k, p in enumerate(points) if abs(p.loss - H_pi) <= 1e-6 * max(1.0, H_pi)
     ]
     later = list(range(len(points)))
     if unigram:
-        k = unigram[0]
-        cp = points[k]
-        later = [j for j in later if j > k]
-        rows.append(
-            _row(
-                "unigram plateau loss",
-                H_pi,
-                cp.loss,
-                f"refined point near t = {cp.t:.4g}",
-            )
-        )
-        zc = np.log(pi) - np.log(pi).mean()
-        U1, _, _ = np.linalg.svd(np.asarray(cp.params.W1))
-        rows.append(
-            _row(
-                "W1 alignment with log pi - mean",
-                1.0,
-                abs(U1[:, 0] @ zc) / np.linalg.norm(zc),
-                "top left singular vector of W1 at the unigram point",
-            )
-        )
-        lam_refined = cp.linearization.unstable_rate
-        # The unigram critical points form a manifold; the flow reaches its
-        # balanced rank-one point (W0 W0^T - W1^T W1 is conserved while
-        # attention is uniform, and ~0 from a small start), so the prediction
-        # is the Hessian there. A point refined from a save is another point
-        # of the manifold, with another rate: reported separately.
-        lam = linearize(chain, unigram_point(chain, cp.params.m)).unstable_rate
-        # measured: half the slope of log |S|_F on the plateau while |S| < 0.1
-        S = jnp.einsum("tmi,tnm,tnk,tkj->tij", P.W0, P.WQ, P.WK, P.W0)
-        Snorm = np.asarray(jnp.linalg.norm(S, axis=(1, 2)))
-        # from the plateau's closest approach to the unigram point (where the
-        # linearisation there applies) until |S| reaches 0.1 (still linear)
-        window = np.flatnonzero((np.arange(len(ts)) >= cp.index) & (Snorm < 0.1))
-        if window.size >= 3:
-            window = window[: np.argmax(np.diff(np.r_[window, -10]) != 1) + 1]
-        if window.size >= 3:
-            slope = np.polyfit(ts[window], np.log(Snorm[window]), 1)[0]
-            rows.append(
-                _row(
-                    "focus growth rate",
-                    lam,
-                    slope / 2,
-                    f"half slope of log|S| on t in [{ts[window[0]]:.4g}, "
-                    f"{ts[window[-1]]:.4g}], {window.size} saves",
-                )
-            )
-        fp = focus_prediction(chain)
-        rows.append(
-            _row(
-                "focus rate (closed form)",
-                fp["rate"],
-                lam,
-                "a^2 |gamma| against the Hessian at the balanced unigram point",
-            )
-        )
-        rows.append(
-            _row(
-                "focus rate at refined plateau point",
-                lam,
-                lam_refined,
-                f"Hessian at the critical point refined from t = {cp.t:.4g} "
-                f"(distance {cp.distance:.3g}; not balanced)",
-            )
-        )
-        # measured focus token: the key whose attention, relative to its prior
-        # weight pi_k, rose most: argmax_k sum_i pi_i log(A[i, k] / pi_k)
-        A = np.asarray(jax.vmap(lambda p: attention(p, chain))(P))
-        lift = np.einsum("i,tik->tk", pi, np.log(A / pi[None, None, :]))
-        # the focus stage: from the unigram point to the next plateau
-        t_next = points[k + 1].t if k + 1 < len(points) else np.inf
-        after = np.flatnonzero((ts >= cp.t) & (ts <= t_next))
-        gain_t = after[np.argmax(np.max(lift[after], axis=1))] if after.size else -1
-        measured_token = int(np.argmax(lift[gain_t]))
-        row = _row(
-            "focus token",
-            fp["token"],
-            measured_token,
-            f"sign rule (kappa = {fp['kappa']:.3g}); measured: largest attention lift "
-            f"gain, at t = {ts[gain_t]:.4g}",
-        )
-        row["rel_error"] = float(fp["token"] != measured_token)
-        rows.append(row)
-        rows.append(
-            _row(
-                "focus token (Hessian mode)",
-                fp["token"],
-                mode_focus_token(chain, cp.params, cp.linearization),
-                "token favoured by the unstable mode's scores",
-            )
-        )
-        rows[-1]["rel_error"] = float(rows[-1]["predicted"] != rows[-1]["measured"])
-
-    # --- later plateaus -----------------------------------------------------------
-    for j in later:
-        cp = points[j]
-        if cp.kind != "saddle" or not cp.converged or cp.index >= len(ts) - 3:
-            continue
-        fr = flank_rate(traj, cp.index)
-        if fr["n"] < 3:
-            continue
-        rows.append(
-            _row(
-                f"plateau L={cp.loss:.5g} escape rate",
-                cp.linearization.unstable_rate,
-                fr["rate"],
-                f"t* = {cp.t:.4g}, refined point {cp.distance:.2g} away; slope of "
-                f"log|grad L| on t in [{fr['t0']:.4g}, {fr['t1']:.4g}], "
-                f"{fr['n']} saves",
-            )
-        )
+        rows += _unigram_rows(traj, points, unigram[0])
+        later = [j for j in later if j > unigram[0]]
+    rows += _later_rows(traj, points, later)
     return rows
 
 
@@ -327,3 +353,10 @@ def format_report(rows: list[dict[str, Any]]) -> str:
             f"{r['rel_error']:10.3g}  {r['note']}"
         )
     return "\n".join(lines)
+
+
+__all__ = [
+    "flank_rate",
+    "format_report",
+    "theory_report",
+]
