@@ -436,7 +436,7 @@ class _Setup(eqx.Module):
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY
 
 
-def _prepare(
+def prepare(
     chain,
     *,
     init_scale,
@@ -670,10 +670,10 @@ def integrate(
         print(s.name, s.cycle, s.t_start, s.t_end, s.tokens)
     ```
     """
-    events = _check_events(events)
+    events = check_events(events)
     callbacks = _check_callbacks(callbacks)
-    thresholds = _check_thresholds(thresholds)
-    setup = _prepare(
+    thresholds = check_thresholds(thresholds)
+    setup = prepare(
         chain,
         init_scale=init_scale,
         params=params,
@@ -713,7 +713,7 @@ def integrate_stages(
     return integrate(chain, init_scale, stages=True, **kwargs)
 
 
-def _check_events(events) -> tuple[Event, ...]:
+def check_events(events) -> tuple[Event, ...]:
     if isinstance(events, Event):
         events = (events,)
     events = tuple(events)
@@ -741,7 +741,7 @@ def _check_callbacks(callbacks) -> tuple[Callable, ...]:
     return callbacks
 
 
-def _check_thresholds(thresholds) -> StageThresholds:
+def check_thresholds(thresholds) -> StageThresholds:
     if thresholds is None:
         return StageThresholds()
     if not isinstance(thresholds, StageThresholds):
@@ -760,7 +760,7 @@ MAX_SAVED_ATTENTION_D = 64
 CHECKPOINT_LAYOUT = "loop-state-2"
 
 
-def _settings(setup: _Setup, observer: Observer, save_attention: bool) -> dict:
+def solve_settings(setup: _Setup, observer: Observer, save_attention: bool) -> dict:
     settings = dict(setup.settings, stages=observer.stages)
     if observer.stages:
         th = observer.thresholds
@@ -773,7 +773,7 @@ def _settings(setup: _Setup, observer: Observer, save_attention: bool) -> dict:
     return settings
 
 
-def _spec(setup: _Setup, observer: Observer) -> Spec:
+def solve_spec(setup: _Setup, observer: Observer) -> Spec:
     solver = setup.solver
     if observer.watches:
         solver = Watch(
@@ -796,7 +796,7 @@ def _spec(setup: _Setup, observer: Observer) -> Spec:
 _loss = eqx.filter_jit(population_loss)
 
 
-def _event_record(observer: Observer, crossing: Crossing, chain) -> EventRecord:
+def event_record(observer: Observer, crossing: Crossing, chain) -> EventRecord:
     loss = float(_loss(jax.tree.map(jnp.asarray, crossing.y), chain))
     return EventRecord(name=observer.names[crossing.index], t=crossing.t, loss=loss)
 
@@ -814,11 +814,11 @@ def solve(
     host driving the chunks; returns the [`gradflow.Trajectory`][]."""
     if save_attention is None:
         save_attention = setup.chain.d <= MAX_SAVED_ATTENTION_D
-    settings = _settings(setup, observer, bool(save_attention))
+    settings = solve_settings(setup, observer, bool(save_attention))
     checkpoint = _checkpointer(
         setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT)
     )
-    spec = _spec(setup, observer)
+    spec = solve_spec(setup, observer)
     chain = setup.chain_dt
     jdtype = setup.dtype
     ts = jnp.asarray(setup.ts, jdtype)
@@ -840,7 +840,7 @@ def solve(
 
     def on_crossings(new: list[Crossing]) -> None:
         for crossing in new:
-            record = _event_record(observer, crossing, chain)
+            record = event_record(observer, crossing, chain)
             records.append(record)
             for fn in callbacks:
                 fn(record, crossing.t, crossing.y)
@@ -863,7 +863,7 @@ def solve(
             checkpoint=None if checkpoint is None else write,
             resumed_from=resumed_from,
         )
-    traj = _trajectory(
+    traj = build_trajectory(
         setup,
         settings=settings,
         observer=observer,
@@ -901,7 +901,7 @@ def _saves(setup: _Setup, state: LoopState, ok: bool):
     return ts_out, saved
 
 
-def _trajectory(
+def build_trajectory(
     setup: _Setup,
     *,
     settings: dict,
@@ -926,7 +926,8 @@ def _trajectory(
     if driven.interrupted:
         ok = False
     stages, events, extras = (), tuple(records), {}
-    if observer.stages and ts_out.size >= 2:
+    # (stage rates need three saves at least)
+    if observer.stages and ts_out.size >= 3:
         found, boundaries, curves = stages_from_params(
             ts_out, saved["params"], setup.chain, observer.thresholds
         )

@@ -50,13 +50,13 @@ from ._integrate import (
     DEFAULT_MAX_STEPS,
     DEFAULT_T1,
     MAX_SAVED_ATTENTION_D,
-    _check_events,
-    _check_thresholds,
-    _event_record,
-    _prepare,
-    _settings,
-    _spec,
-    _trajectory,
+    build_trajectory,
+    check_events,
+    check_thresholds,
+    event_record,
+    prepare,
+    solve_settings,
+    solve_spec,
 )
 from ._loop import Crossing, Driven, init_state
 from ._model import Params, _check_init_scale, _check_seed
@@ -418,8 +418,8 @@ def sweep(
             for s in seed_list
         ]
     devices = _check_devices(devices)
-    events = _check_events(events)
-    thresholds = _check_thresholds(thresholds)
+    events = check_events(events)
+    thresholds = check_thresholds(thresholds)
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
     if save_attention is None:
@@ -433,7 +433,7 @@ def sweep(
     for i, (c, scale, seed, k) in enumerate(axes):
         point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
         try:
-            setup = _prepare(
+            setup = prepare(
                 chains[c], init_scale=scale, params=point, width=width, t1=t1,
                 ts=ts, seed=0 if seed is None else seed, solver=solver,
                 rtol=rtol, atol=atol, max_steps=max_steps, dtype=dtype,
@@ -454,7 +454,7 @@ def sweep(
             )
         )
     first = setups[0]
-    settings_of = [_settings(s, observer, save_attention) for s in setups]
+    settings_of = [solve_settings(s, observer, save_attention) for s in setups]
     sweep_settings = {
         **{
             k: v
@@ -490,7 +490,7 @@ def sweep(
     n = len(setups)
     n_pad = -n % len(devices)
     order = list(range(n)) + [0] * n_pad
-    specs = [_spec(s, observer) for s in setups]
+    specs = [solve_spec(s, observer) for s in setups]
     spec_dyn0, spec_static = eqx.partition(specs[0], eqx.is_array)
     spec_dyn = _stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
     ref = MarkovChain(np.asarray(chains[0].P), pi=np.asarray(chains[0].pi))
@@ -559,7 +559,7 @@ def sweep(
             for j in range(int(count[i])):
                 y = jax.tree.map(lambda x, i=i, j=j: x[i, j], y_buf)
                 crossing = Crossing(float(t_buf[i, j]), int(i_buf[i, j]), y)
-                records[i].append(_event_record(observer, crossing, chain_of[i]))
+                records[i].append(event_record(observer, crossing, chain_of[i]))
         return count > 0
 
     def write(host_state):
@@ -635,7 +635,7 @@ def sweep(
             resumed_from=None if resumed_from is None else resumed_from[i],
             wall_time=wall,
         )
-        traj = _trajectory(
+        traj = build_trajectory(
             setup, settings=settings_of[i], observer=observer, driven=driven,
             records=records[i], save_attention=save_attention,
         )  # fmt: skip

@@ -30,6 +30,12 @@ EXPECTED: set[tuple[str, str, str]] = {
     ("_stages.py", "detect_stages", "lines"),
     ("_stages.py", "rec", "positional"),
     ("_watch.py", "_locate", "positional"),
+    ("_model.py", "init_params", "positional"),
+    ("_sweep.py", "_advance", "positional"),
+    ("_sweep.py", "_step", "positional"),
+    ("_sweep.py", "sweep", "lines"),
+    ("_variants.py", "__init__", "positional"),
+    ("_variants.py", "init_variant_params", "positional"),
 }
 
 

@@ -42,9 +42,14 @@ EXPECTED_PRIVATE: set[tuple[str, str, str]] = {
     # atomic_write and read_npz_with_meta, would hold them).
     ("gradflow._checkpoint", "gradflow._trajectory", "_json_default"),
     ("gradflow._checkpoint", "gradflow._trajectory", "_version"),
+    ("gradflow._sweep_result", "gradflow._trajectory", "_json_default"),
+    ("gradflow._sweep_result", "gradflow._trajectory", "_record"),
+    ("gradflow._sweep_result", "gradflow._trajectory", "_version"),
     # Argument checks that belong in _validate.
     ("gradflow._integrate", "gradflow._model", "_check_init_scale"),
     ("gradflow._integrate", "gradflow._model", "_check_seed"),
+    ("gradflow._sweep", "gradflow._model", "_check_init_scale"),
+    ("gradflow._sweep", "gradflow._model", "_check_seed"),
     # The diagnostics of one point, evaluated by the stage detector.
     ("gradflow._stages", "gradflow._diagnostics", "_point_diagnostics"),
     # The attention primitive shared by the population and the counted

@@ -41,7 +41,7 @@ def test_second_solve_compiles_nothing():
 
 
 def _setup(init_scale, seed):
-    return _integrate._prepare(
+    return _integrate.prepare(
         CHAIN,
         init_scale=init_scale,
         params=None,
@@ -60,7 +60,7 @@ def _setup(init_scale, seed):
 def test_run_chunk_under_vmap_equals_each_member():
     observer = Observer(stages=True, thresholds=gf.StageThresholds())
     setups = [_setup(1e-2, 0), _setup(3e-2, 1)]
-    spec = _integrate._spec(setups[0], observer)
+    spec = _integrate.solve_spec(setups[0], observer)
     spec = dataclasses.replace(spec, chunk_steps=40)
     ts = jnp.asarray(KW["ts"])
     t1 = jnp.asarray(60.0)

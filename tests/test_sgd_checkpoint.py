@@ -210,7 +210,7 @@ def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference, real_s
         part.population_loss[:2], reference.population_loss[:2]
     )
     assert part.stats["num_steps"] == 14
-    assert len(part.extras["entropy_rate"]) == 3  # stages were attached
+    assert len(part.extras["att_entropy"]) == 3  # stages were attached
     state, _ = _state(path)
     assert state["done"] == 14 and state["count"] == 4 and not state["finished"]
 
