@@ -11,6 +11,7 @@ file format in `_sgd_run.py`, the checkpointed state in `_sgd_checkpoint.py`.
 import math
 import os
 import time
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -36,7 +37,7 @@ from ._integrate import (
     default_save_times,
     initial_point,
 )
-from ._model import Params, _check_seed
+from ._model import AnyParams, Params, _check_seed
 from ._sgd_checkpoint import (
     checkpoint_state,
     fingerprint,
@@ -66,8 +67,8 @@ def sgd_step(
     apply the optimizer. Returns `(params, opt_state, batch_loss)`."""
     batch = sampler(key, batch_size)
     loss, grads = jax.value_and_grad(batch_loss)(params, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    updates, opt_state = optimizer.update(grads, opt_state, params)  # pyright: ignore[reportArgumentType]
+    return optax.apply_updates(params, updates), opt_state, loss  # pyright: ignore[reportArgumentType]
 
 
 @eqx.filter_jit
@@ -153,7 +154,7 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
 
 def train_sgd(
     source: MarkovChain | TokenStream,
-    params: Params | None = None,
+    params: AnyParams | None = None,
     *,
     init_scale: float | None = None,
     width: int = 16,
@@ -262,10 +263,11 @@ def train_sgd(
                 f"num_sequences = {num_sequences} is smaller than batch_size = "
                 f"{batch_size}; batches are drawn without replacement"
             )
-    if kind == "text" and len(source) < context + 2:
+    if kind == "text" and len(cast(TokenStream, source)) < context + 2:
         raise ValueError(
-            f"the corpus has {len(source)} tokens, too few for windows of context + 1 "
-            f"= {context + 1} tokens (need at least {context + 2})"
+            f"the corpus has {len(cast(TokenStream, source))} tokens, too few for "
+            f"windows of context + 1 = {context + 1} tokens "
+            f"(need at least {context + 2})"
         )
     if optimizer is not None and not isinstance(
         optimizer, optax.GradientTransformation
@@ -281,7 +283,9 @@ def train_sgd(
         chain, init_scale, params, width, seed, jdtype
     )
     settings = {
-        "source": kind if kind == "chain" else f"text:{source.source}",
+        "source": kind
+        if kind == "chain"
+        else f"text:{cast(TokenStream, source).source}",
         "width": int(width),
         "init_scale": None if init_scale is None else float(init_scale),
         "seed": int(seed),
@@ -309,9 +313,9 @@ def train_sgd(
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
     sample_key, step_key = jax.random.split(data_key)
     chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
-    opt_state = opt.init(params0)
+    opt_state = opt.init(params0)  # pyright: ignore[reportArgumentType]
     if optimizer is None:
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)  # pyright: ignore[reportAttributeAccessIssue]
 
     if ckpt is not None and ckpt.state is not None:
         done, saved, train, total, count, params_now, opt_state, end = restore_state(
@@ -328,9 +332,10 @@ def train_sgd(
         if kind == "chain":
             sampler = ChainSampler(chain_dt, context)
         else:
-            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
+            assert isinstance(source, TokenStream)
+            sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)  # pyright: ignore[reportArgumentType]
         if num_sequences is not None:
-            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)
+            sampler = DatasetSampler(_draw(sampler, sample_key, num_sequences), context)  # pyright: ignore[reportArgumentType]
         if not train:
             train = [float(_first_batch_loss(params0, step_key, sampler, batch_size))]
     import tqdm
