@@ -7,6 +7,7 @@ import itertools
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ DEFAULT_D = {"sticky": 6, "zipf": 8, "random": 8}
 _ALL_PARAMS = sorted({p for f in FAMILIES.values() for p in f})
 
 
-def parse_values(name: str, text: str, integer: bool = False) -> list:
+def parse_values(name: str, text: str | int, integer: bool = False) -> list:
     """`start:stop:num` (num evenly spaced values, both ends included), a
     comma list `a,b,c`, or one value."""
     text = str(text).strip()
@@ -192,7 +193,7 @@ def run(args) -> int:
         combos = list(itertools.product(*grid.values()))
         try:
             chains = [_chain(args.chain, d, dict(zip(grid, c))) for c in combos]
-            labels = {
+            labels: dict[str, Sequence] = {
                 name: [c[list(grid).index(name)] for c in combos] for name in swept
             }
             t1 = args.t1

@@ -8,7 +8,7 @@ located by bisection on the solver's dense output inside the compiled solve
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import diffrax as dfx
 import equinox as eqx
@@ -172,8 +172,8 @@ def solve_with_events(
     solver = dfx.Tsit5() if solver is None else solver
     if n:
         solver = Watch(
-            solver,
-            _Condition(condition),
+            cast(dfx.AbstractAdaptiveSolver, solver),
+            _Condition(cast(Callable, condition)),
             directions=tuple(direction_code(d) for d in directions),
             rearm_by=(-1,) * n,
             armed0=mask,

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import diffrax as dfx
 import equinox as eqx
@@ -39,6 +39,7 @@ from ._loop import (
     unpack_state,
 )
 from ._model import (
+    AnyParams,
     Params,
     _check_init_scale,
     _check_seed,
@@ -422,7 +423,7 @@ class _Setup(eqx.Module):
 
     chain: MarkovChain
     chain_dt: MarkovChain
-    params0: Params
+    params0: AnyParams
     ts: np.ndarray
     t1: float
     solver: dfx.AbstractSolver
@@ -562,7 +563,7 @@ def integrate(
     chain: MarkovChain,
     init_scale: float | None = None,
     *,
-    params: Params | None = None,
+    params: AnyParams | None = None,
     width: int = 16,
     t1: float = DEFAULT_T1,
     ts: ArrayLike | Sequence[float] | None = None,
@@ -777,7 +778,7 @@ def solve_spec(setup: _Setup, observer: Observer) -> Spec:
     solver = setup.solver
     if observer.watches:
         solver = Watch(
-            solver,
+            cast(dfx.AbstractAdaptiveSolver, solver),
             observer,
             directions=observer.directions,
             rearm_by=observer.rearm_by,
@@ -846,6 +847,7 @@ def solve(
                 fn(record, crossing.t, crossing.y)
 
     def write(state, crossings, force):
+        assert checkpoint is not None
         if force or checkpoint.due():
             meta = {"t_now": float(state.t), "events": [r.to_dict() for r in records]}
             checkpoint.write(meta, pack_state(state))

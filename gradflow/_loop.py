@@ -108,7 +108,7 @@ def _init_state(spec: Spec, y0, args, t0, t1, ts) -> LoopState:
     solver_state = solver.init(term, t0, tnext, y0, args)
     one = jax.eval_shape(spec.save_fn, t0, y0, args)
     saved = jax.tree.map(lambda s: jnp.zeros((ts.shape[0], *s.shape), s.dtype), one)
-    zero = jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
+    zero = jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)  # pyright: ignore[reportAttributeAccessIssue]
     return LoopState(
         t=jnp.asarray(t0),
         y=y0,
@@ -200,7 +200,7 @@ def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
 
 def make_controller(rtol, atol) -> ResumableController:
     # Tolerances as arrays: floats would be static and recompile for each value.
-    return ResumableController(
+    return ResumableController(  # pyright: ignore[reportCallIssue]
         dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
     )
 

@@ -474,7 +474,7 @@ def detect_stages(
         raise TypeError(
             f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}"
         )
-    ts, obs = _check_observations(ts, observations, chain)
+    ts, obs = _check_observations(ts, observations, chain)  # pyright: ignore[reportAssignmentType]
     if labels is None:
         labels = chain.tokens or [str(k) for k in range(chain.d)]
     labels = [str(x) for x in labels]
@@ -485,7 +485,7 @@ def detect_stages(
     loss, H, mass = obs["loss"], obs["att_entropy"], obs["att_mass"]
     H_pi = float(chain.unigram_entropy)
     log_d = float(np.log(chain.d))
-    last = (T - 1, 0.0)
+    last: Any = (T - 1, 0.0)
 
     def rec(name, cycle, a, b, tokens=(), complete=True, **extra):
         b = last if b is None else b
@@ -626,7 +626,7 @@ def stage_events(stages: Sequence[Stage]) -> tuple[EventRecord, ...]:
         names = _EVENT_NAMES.get(s.name)
         if names is None:
             continue
-        extra = {"located": False}
+        extra: dict[str, Any] = {"located": False}
         if s.name == "focus" and s.tokens:
             extra["token"] = s.tokens[0]
         if s.name == "new_direction":

@@ -386,7 +386,7 @@ def sweep(
     start = time.perf_counter()
     chains = _check_chains(chains)
     d = chains[0].d
-    labels = _check_labels(labels, len(chains))
+    chain_labels = _check_labels(labels, len(chains))
     if params is not None:
         if init_scale is not None:
             raise ValueError(
@@ -450,7 +450,7 @@ def sweep(
                 init_scale=scale,
                 seed=seed,
                 start=k,
-                labels={name: v[c] for name, v in labels.items()},
+                labels={name: v[c] for name, v in chain_labels.items()},
             )
         )
     first = setups[0]
@@ -467,7 +467,7 @@ def sweep(
         "seeds": sorted({m.seed for m in members}) if params is None else None,
         "rtol": [s.rtol for s in setups],
         "atol": [s.atol for s in setups],
-        "labels": {k: list(v) for k, v in labels.items()},
+        "labels": {k: list(v) for k, v in chain_labels.items()},
     }
     ckpt = None
     if checkpoint is not None:
@@ -569,6 +569,7 @@ def sweep(
                 "events": [[r.to_dict() for r in rs] for rs in records],
             }
             trimmed = jax.tree.map(lambda x: x[:n], host_state)
+            assert ckpt is not None
             ckpt.write(meta, pack_tree("state", trimmed))
 
     interrupted = False
@@ -655,7 +656,7 @@ def sweep(
         trajectories=tuple(trajs),
         members=tuple(members),
         chains=chains,
-        labels=labels,
+        labels=chain_labels,
         ts=np.asarray(first.ts),
         loss=np.asarray(loss),
         settings=sweep_settings,

@@ -7,13 +7,13 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._model import param_arrays, params_from_arrays
+from ._model import Params, param_arrays, params_from_arrays
 from ._records import EventRecord
 from ._stage_types import Stage
 from ._trajectory import (
@@ -51,7 +51,7 @@ RESERVED_COLUMNS = (
 _STAGE_FIELDS = ("cycle", "t_start", "t_end", "loss_start", "loss_end", "complete")
 
 
-def stage_field(stage, name: str, default=None):
+def stage_field(stage, name: str, default=None) -> Any:
     """One field of a stage record: the one accessor through which sweeps,
     tables and plots read stages (typed records with attributes, or the dicts
     of files written before stages were typed)."""
@@ -220,7 +220,7 @@ class Sweep(eqx.Module):
             "trajectories": trajs,
         }
         arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
-        atomic_write(path, lambda f: np.savez(f, **arrays))
+        atomic_write(path, lambda f: np.savez(f, **arrays))  # pyright: ignore[reportArgumentType]
         return path
 
 
@@ -261,8 +261,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
                     ts=arrays[p + "ts"],
                     loss=arrays[p + "loss"],
                     grad_norm=arrays[p + "grad_norm"],
-                    params=params_from_arrays(
-                        arrays, t["settings"].get("model"), p + "params_"
+                    params=cast(
+                        Params,
+                        params_from_arrays(
+                            arrays, t["settings"].get("model"), p + "params_"
+                        ),
                     ),
                     chain=chains[member.chain],
                     settings=t["settings"],

@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
 import equinox as eqx
 import numpy as np
@@ -668,7 +669,7 @@ def _progress_bar(files: list[Path], progress: bool, source: str):
         return None
     import tqdm
 
-    total = sum(_stat(f).st_size for f in files)
+    total = sum(cast(os.stat_result, _stat(f)).st_size for f in files)
     return tqdm.tqdm(
         total=total,
         unit="B",
@@ -1063,7 +1064,12 @@ def _cache_key(path_or_text, level, vocab_size, tail) -> dict | None:
     elif isinstance(path_or_text, os.PathLike) or _names_a_path(path_or_text):
         files = resolve_path(path_or_text, "path_or_text")
         key["source"] = [
-            [str(f.resolve()), _stat(f).st_size, _stat(f).st_mtime_ns] for f in files
+            [
+                str(f.resolve()),
+                cast(os.stat_result, _stat(f)).st_size,
+                cast(os.stat_result, _stat(f)).st_mtime_ns,
+            ]
+            for f in files
         ]
     else:
         digest = hashlib.blake2b(path_or_text.encode("utf-8", "surrogatepass"))
@@ -1179,6 +1185,7 @@ def encode(
         ids = np.lib.format.open_memmap(cache, mode="w+", dtype=dtype, shape=(n,))
     _write_ids(corpus, units, remap, ids)
     if cache is not None:
+        assert isinstance(ids, np.memmap)
         ids.flush()
         del ids
         meta = {**(key or {}), "tokens": list(labels), "source_label": corpus.source}

@@ -327,10 +327,12 @@ def _normalise(params: VariantParams, X: Float[Array, "m q"]) -> Float[Array, "m
     norm = params.model.norm
     if norm is None:
         return X
+    assert params.gain is not None
     if norm == "rms":
         return params.gain[:, None] * X / jnp.sqrt(jnp.mean(X**2, axis=0) + NORM_EPS)
     centred = X - jnp.mean(X, axis=0)
     var = jnp.mean(centred**2, axis=0)
+    assert params.bias is not None
     return (
         params.gain[:, None] * centred / jnp.sqrt(var + NORM_EPS) + params.bias[:, None]
     )

@@ -17,7 +17,9 @@ They read a [`gradflow.Trajectory`][] from
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import equinox as eqx
 import numpy as np
@@ -372,7 +374,7 @@ def _member_axis(sw, name: str) -> np.ndarray:
     return np.asarray(values)
 
 
-def member_value(traj: Trajectory, value) -> float:
+def member_value(traj: Trajectory, value: str | Callable[[Trajectory], Any]) -> float:
     """A number read off one member: `"STAGE.FIELD"` (that field of the
     member's first stage of that name, e.g. `"new_direction.t_start"`; `nan`
     when the member has no such stage), `"final_loss"`, `"num_steps"`, or a
@@ -423,7 +425,7 @@ def phase_diagram(
     y: str | None = None,
     value="new_direction.t_start",
     *,
-    theory=None,
+    theory: str | Callable[..., Any] | None = None,
     log_value: bool = False,
     title: str | None = None,
 ):
@@ -490,7 +492,8 @@ def phase_diagram(
             for (r, c), v in np.ndenumerate(grid):
                 if np.isfinite(v):
                     light = np.mean(cmap(cnorm(v))[:3]) > 0.5
-                    ax.text(0.5 * (ex[c] + ex[c + 1]), 0.5 * (ey[r] + ey[r + 1]),
+                    ax.text(float(0.5 * (ex[c] + ex[c + 1])),
+                            float(0.5 * (ey[r] + ey[r + 1])),
                             f"{v:.3g}", ha="center", va="center", fontsize=7,
                             color="k" if light else "w")  # fmt: skip
         missing = int(np.isnan(grid).sum())
@@ -568,9 +571,11 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
         color_by = next(iter(sw.labels), "chain")
     cvals = _member_axis(sw, color_by).astype(float)
     import matplotlib as mpl
+    import matplotlib.cm
+    import matplotlib.colors
 
     lo, hi = float(np.min(cvals)), float(np.max(cvals))
-    norm = mpl.colors.Normalize(lo, hi if hi > lo else lo + 1)
+    norm = matplotlib.colors.Normalize(lo, hi if hi > lo else lo + 1)
     cmap = mpl.colormaps["viridis"]
     n = len(sw)
     fig, (ax0, ax1) = plt.subplots(
@@ -592,7 +597,7 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     ax0.set_xlim(t_lo, t_hi)
     ax0.set_xlabel("gradient-flow time $t$")
     ax0.set_ylabel("population loss")
-    sm = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
+    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(sm, ax=ax0, label=_axis_label(color_by), pad=0.01)
     if len(sw.chains) > 1:
         ax0.set_title("loss levels of chain 0 dotted", fontsize=8)

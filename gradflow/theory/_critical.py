@@ -187,9 +187,9 @@ def plateaus(
             i == runs[-1][1] + 1
             or (ts[runs[-1][1]] > 0 and math.log(ts[i] / ts[runs[-1][1]]) < merge)
         ):
-            runs[-1][1] = i
+            runs[-1][1] = int(i)
         else:
-            runs.append([i, i])
+            runs.append([int(i), int(i)])
     out = []
     for a, b in runs:
         best = a + int(np.argmin(g[a : b + 1]))

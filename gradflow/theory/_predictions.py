@@ -141,6 +141,7 @@ def origin_escape_offset(chain: MarkovChain, level: float | None = None) -> floa
         event=dfx.Event(cond, optx.Newton(rtol=1e-12, atol=1e-12)),
         max_steps=100_000,
     )
+    assert sol.ts is not None
     T = float(sol.ts[-1])
     return T + math.log(math.sqrt(2) * eps) / sigma
 
