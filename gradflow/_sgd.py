@@ -30,7 +30,7 @@ from ._checkpoint import (
     deferred_interrupt,
 )
 from ._integrate import default_save_times, initial_point
-from ._model import Params
+from ._model import AnyParams, Params
 from ._sgd_checkpoint import (
     LoopState,
     checkpoint_state,
@@ -69,8 +69,9 @@ def sgd_step(
     apply the optimizer. Returns `(params, opt_state, batch_loss)`."""
     batch = sampler(key, batch_size)
     loss, grads = jax.value_and_grad(batch_loss)(params, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    # (optax types parameters as its own array-tree alias, not an eqx.Module)
+    updates, opt_state = optimizer.update(grads, opt_state, params)  # pyright: ignore[reportArgumentType]
+    return optax.apply_updates(params, updates), opt_state, loss  # pyright: ignore[reportArgumentType]
 
 
 @eqx.filter_jit
@@ -150,7 +151,7 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
 
 def train_sgd(
     source: MarkovChain | TokenStream,
-    params: Params | None = None,
+    params: AnyParams | None = None,
     *,
     init_scale: float | None = None,
     width: int = 16,
@@ -261,7 +262,7 @@ class _Setup(eqx.Module):
     source: MarkovChain | TokenStream
     chain: MarkovChain
     chain_dt: MarkovChain
-    params0: Params
+    params0: AnyParams
     steps: np.ndarray
     settings: dict[str, Any]
     optimizer: optax.GradientTransformation
@@ -351,9 +352,9 @@ def _prepare(
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
     sample_key, step_key = jax.random.split(data_key)
     chain_dt = jax.tree.map(lambda x: x.astype(jdtype), chain)
-    opt_state = opt.init(params0)
+    opt_state = opt.init(params0)  # pyright: ignore[reportArgumentType]
     if optimizer is None:
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)  # pyright: ignore[reportAttributeAccessIssue]
     return _Setup(
         source=source,
         chain=chain,
@@ -470,7 +471,8 @@ def _make_sampler(source, chain_dt, *, context, num_sequences, key) -> AbstractS
     """Fresh sequences of the chain or windows of the text; with
     `num_sequences`, a fixed dataset of that many drawn once with `key`."""
     if isinstance(source, TokenStream):
-        sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)
+        # (pyright reads the base class's abstract `context` as the first field)
+        sampler = WindowSampler(jnp.asarray(source.ids, jnp.int32), context)  # pyright: ignore[reportArgumentType]
     else:
         sampler = ChainSampler(chain_dt, context)
     if num_sequences is not None:

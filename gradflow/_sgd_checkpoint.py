@@ -82,7 +82,7 @@ def describe_optimizer(obj, path: str = "", out=None, seen=None, depth: int = 0)
         for i, value in enumerate(obj.__defaults__ or ()):
             describe_optimizer(value, join(f"default{i}"), out, seen, depth + 1)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
-        for name in obj._fields:
+        for name in obj._fields:  # pyright: ignore[reportAttributeAccessIssue]
             describe_optimizer(getattr(obj, name), join(name), out, seen, depth + 1)
     elif isinstance(obj, (tuple, list)):
         for i, value in enumerate(obj):
