@@ -43,7 +43,7 @@ class EventRecord(eqx.Module):
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> "EventRecord":
-        """Reads [`EventRecord.to_dict`][]'s output, and the event dicts of
+        """Reads [`gradflow.EventRecord.to_dict`][]'s output, and the event dicts of
         files written before records were typed."""
         token = record.get("token")
         sv_index = record.get("sv_index")

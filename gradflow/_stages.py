@@ -655,7 +655,7 @@ def stages_from_params(
 
     **Returns:** `(stages, events, observations)`: a tuple of
     [`gradflow.Stage`][], their boundaries as event records
-    ([`stage_events`][]), and the observations (NumPy arrays with a leading
+    ([`gradflow.stage_events`][]), and the observations (NumPy arrays with a leading
     time axis).
     """
     obs = observe_params(ts, params, chain)

@@ -95,7 +95,7 @@ class Sweep(eqx.Module):
     - `len(sw)`, `sw[i]`: the number of members and member `i`'s
       [`gradflow.Trajectory`][] (what [`gradflow.integrate`][] gives alone);
       iterating gives the trajectories;
-    - `members`: one [`Member`][] per member (chain index, init_scale, seed,
+    - `members`: one [`gradflow.Member`][] per member (chain index, init_scale, seed,
       labels);
     - `chains`: the sweep's chains; `labels`: the labels of the chain axis;
     - `ts`: the save times shared by all members;
