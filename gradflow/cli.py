@@ -48,9 +48,21 @@ def compilation_cache_dir() -> Path:
 def enable_compilation_cache() -> Path:
     """Turns on JAX's persistent compilation cache (see
     [`compilation_cache_dir`][]): a second `gradflow run` of the same shapes
-    loads the compiled solve instead of compiling it again. Returns the folder."""
+    loads the compiled solve instead of compiling it again. Unless
+    `EQX_ON_ERROR` is set, Equinox's run-time checks return NaN instead of
+    raising (a raising check is a host callback, which the cache cannot
+    store). Returns the folder."""
     import jax
 
+    if "EQX_ON_ERROR" not in os.environ:
+        # Equinox's run-time checks (`eqx.error_if`, used inside Diffrax) raise
+        # through a host callback, and JAX's persistent cache does not store a
+        # compilation holding one. Under `nan` they give NaN instead (the same
+        # as `EQX_ON_ERROR=nan`), which gradflow reports as a failed solve
+        # (`ok=False` and a message): every input is checked before compiling.
+        import equinox._errors
+
+        equinox._errors.EQX_ON_ERROR = "nan"
     path = compilation_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
