@@ -105,7 +105,12 @@ def register(subparsers) -> None:
     p.add_argument("--width", default="8", help="embedding width(s)")
     p.add_argument("--seeds", default="1", help="N (seeds 0..N-1) or a comma list")
     p.add_argument("--t1", type=float, default=5000.0, help="final time")
-    p.add_argument("--num-saves", type=int, default=400, help="save times per member")
+    p.add_argument(
+        "--num-saves",
+        type=int,
+        default=798,
+        help="save times per member (0, then log-spaced)",
+    )
     p.add_argument("--solver", default=None, help="solver name (gradflow.SOLVERS)")
     p.add_argument("--rtol", type=float, default=None)
     p.add_argument("--atol", type=float, default=None)
