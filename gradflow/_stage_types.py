@@ -11,6 +11,7 @@ import equinox as eqx
 
 
 STAGE_KINDS = ("condensation", "plateau", "focus", "dilution", "new_direction")
+"""The names a [`gradflow.Stage`][] can have (`docs/stages.md` defines each)."""
 
 
 @dataclasses.dataclass(frozen=True)
