@@ -226,7 +226,9 @@ def _variant(params) -> VariantParams:
     return params
 
 
-def attention(params: AnyParams, chain: MarkovChain) -> Attention:
+def attention(
+    params: AnyParams, chain: MarkovChain
+) -> Attention | Float[Array, "layers heads d d"]:
     r"""The population attention matrix $A$ (SPEC section 3).
 
     $A[i, k] = \pi_k e^{S[i, k]} / \sum_l \pi_l e^{S[i, l]}$ with
