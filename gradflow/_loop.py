@@ -284,8 +284,9 @@ def drive(
     """
     start = time.perf_counter()
     crossings = [] if crossings is None else crossings
-    ts_j = jnp.asarray(ts)
-    t1_j = jnp.asarray(t1, dtype=ts_j.dtype)
+    # in the state's dtype (a float32 solve compares times in float32)
+    ts_j = jnp.asarray(ts, dtype=state.t.dtype)
+    t1_j = jnp.asarray(t1, dtype=state.t.dtype)
     interrupted = out_of_steps = False
     with deferred_interrupt() as interrupt:
         while bool(is_running(state)):

@@ -84,12 +84,15 @@ def test_cli_trajectory_stages_are_consistent(short_run):
     starts = [s.t_start for s in traj.stages if s.name == "plateau"]
     assert len(entries) == len(starts) >= 2
     np.testing.assert_allclose(starts, entries, rtol=1e-2)
-    # dL/dt = -|grad L|^2 along the flow: central differences of the saved
-    # loss against the saved gradient norm, where the loss moves.
+    # dL/dt = -|grad L|^2 along the flow: the saved loss against the integral
+    # of the saved |grad L|^2 (trapezoid rule on the 798-point grid; its error
+    # is O(h^2) with h ~ 0.018 in log t).
     t, L, g2 = traj.ts, traj.loss, traj.grad_norm**2
-    dL = (L[2:] - L[:-2]) / (t[2:] - t[:-2])
-    moving = g2[1:-1] > 1e-6
-    np.testing.assert_allclose(dL[moving], -g2[1:-1][moving], rtol=2e-2)
+    drop = L - L[0]
+    integral = -np.concatenate(
+        [[0.0], np.cumsum(0.5 * (g2[1:] + g2[:-1]) * np.diff(t))]
+    )
+    assert np.max(np.abs(drop - integral)) < 2e-3 * (L[0] - L[-1])
 
 
 def test_cli_symmetric_chain_has_no_new_direction(tmp_path):
