@@ -41,6 +41,18 @@ def getkey():
     return _getkey
 
 
+@pytest.fixture(autouse=True)
+def _equinox_error_mode():
+    """`gradflow.cli.main` (called in-process by the CLI tests) switches
+    Equinox's run-time checks to NaN for the persistent compilation cache;
+    every test starts and ends with the mode it had."""
+    import equinox._errors
+
+    mode = equinox._errors.EQX_ON_ERROR
+    yield
+    equinox._errors.EQX_ON_ERROR = mode
+
+
 def random_params(d, m, scale, seed):
     keys = jax.random.split(jax.random.key(seed), 4)
     shapes = [(m, d), (d, m), (m, m), (m, m)]
