@@ -54,6 +54,7 @@ from ._progress import host_progress
 from ._records import EventRecord
 from ._stages import BUILTIN_EVENTS, StageThresholds, stages_from_params
 from ._trajectory import Trajectory
+from ._validate import check_dtype, check_save_times
 from ._variants import VariantParams, as_model, check_variant_point
 from ._watch import Watch, WatchState
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
@@ -170,44 +171,6 @@ def _check_params(params, chain: MarkovChain, dtype) -> Params:
             i = tuple(int(k) for k in np.argwhere(~np.isfinite(value))[0])
             raise ValueError(f"params.{name} has a non-finite entry at {i}: {value[i]}")
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=dtype), params)
-
-
-def _check_ts(ts, t1: float, slack: float = 0.0) -> np.ndarray:
-    """Save times: a finite, strictly increasing 1-D array in `[0, t1]` (up to
-    a relative `slack` at `t1`)."""
-    try:
-        ts = np.asarray(ts, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"ts must be an increasing array of times, got {show(ts)}"
-        ) from None
-    if ts.ndim != 1 or ts.size == 0:
-        raise ValueError(
-            f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
-        )
-    if not np.isfinite(ts).all():
-        raise ValueError(f"ts must be finite, got {ts[~np.isfinite(ts)][0]}")
-    if ts.size > 1 and not (np.diff(ts) > 0).all():
-        i = int(np.flatnonzero(np.diff(ts) <= 0)[0])
-        raise ValueError(
-            f"ts must be strictly increasing, but ts[{i}] = {ts[i]} and "
-            f"ts[{i + 1}] = {ts[i + 1]}"
-        )
-    if ts[0] < 0 or ts[-1] > t1 * (1 + slack):
-        raise ValueError(
-            f"ts must lie in [0, t1] = [0, {t1}], got values from {ts[0]} to {ts[-1]}"
-        )
-    return ts
-
-
-def _resolve_dtype(dtype):
-    try:
-        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    except TypeError:
-        name = None
-    if name not in ("float64", "float32"):
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {show(dtype)}")
-    return jnp.float64 if name == "float64" else jnp.float32
 
 
 def default_tolerances(dtype, scale: float, solver=None) -> tuple[float, float]:
@@ -463,13 +426,13 @@ def prepare(
             f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}; "
             "wrap a transition matrix as gf.MarkovChain(P)"
         )
-    jdtype = _resolve_dtype(dtype)
+    jdtype = check_dtype(dtype)
     t1 = _check_positive_finite("t1", t1)
     max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
     width = _check_positive_finite("width", width, integer=True)
     seed = _check_seed(seed)
     solver_obj, solver_name = _resolve_solver(solver)
-    ts_np = default_save_times(t1) if ts is None else _check_ts(ts, t1)
+    ts_np = default_save_times(t1) if ts is None else check_save_times(ts, t1)
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
     # Given tolerances are checked before the random start is drawn: nothing
