@@ -53,6 +53,9 @@ def test_all_lists_exactly_the_public_names():
             isinstance(obj, types.ModuleType)
             and not obj.__name__.startswith("gradflow")
         )
+        # imported on demand (not by gradflow/__init__.py): an attribute of
+        # the package only once some code imported them
+        and not (isinstance(obj, types.ModuleType) and n in ("cli", "plot"))
     }
     assert sorted(gf.__all__) == sorted(public)
     assert len(gf.__all__) == len(set(gf.__all__))
