@@ -62,7 +62,7 @@ def enable_compilation_cache() -> Path:
         # (`ok=False` and a message): every input is checked before compiling.
         import equinox._errors
 
-        equinox._errors.EQX_ON_ERROR = "nan"
+        setattr(equinox._errors, "EQX_ON_ERROR", "nan")  # noqa: B010
     path = compilation_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
