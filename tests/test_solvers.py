@@ -280,3 +280,39 @@ def test_default_path_full_sticky_scenario():
         t_def = _crossing_time(ts[1:], traj.loss[1:], level)
         assert abs(t_def / t_ref - 1) < 5e-3, (level, t_def, t_ref)
     assert abs(traj.loss[-1] - ref.loss[-1]) < 1e-6
+
+
+def test_cond_per_member_equals_cond_and_computes_only_chosen_members():
+    """Under `vmap`, `cond_per_member` gives what `lax.cond` gives member by
+    member; the expensive branch runs once per member whose predicate holds
+    (counted by a host callback, which only runs when executed), where the
+    `select` that `lax.cond` becomes under `vmap` runs it for every member."""
+    from gradflow.solvers._batching import cond_per_member
+
+    calls = []
+
+    def expensive(x, y):
+        jax.debug.callback(lambda v: calls.append(float(v)), x)
+        return jnp.sin(x) * y, x + 1.0
+
+    def cheap(x, y):
+        return x * 0.0 + y, x
+
+    x = jnp.arange(6.0)
+    y = jnp.asarray(2.0)
+    pred = jnp.asarray([True, False, False, True, True, False])
+    out = jax.jit(jax.vmap(lambda p, x: cond_per_member(p, expensive, cheap, (x, y))))(
+        pred, x
+    )
+    assert sorted(calls) == [0.0, 3.0, 4.0]
+    want = jax.vmap(lambda p, x: jax.lax.cond(p, expensive, cheap, x, y))(pred, x)
+    for a, b in zip(out, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert len(calls) == 3 + 6
+    # Unbatched predicate, batched operands; and no vmap at all.
+    calls.clear()
+    out = jax.vmap(
+        lambda x: cond_per_member(jnp.asarray(True), expensive, cheap, (x, y))
+    )(x)
+    np.testing.assert_array_equal(out[0], jnp.sin(x) * y)
+    assert cond_per_member(jnp.asarray(False), expensive, cheap, (x[1], y))[1] == 1.0

@@ -36,6 +36,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int
 
+from ._batching import cond_per_member
+
 
 class RosenbrockWTableau(eqx.Module):
     r"""Coefficients of an $s$-stage Rosenbrock-W method in the form of Hairer
@@ -194,14 +196,18 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         if self.rank is None or self.rank >= n:
             J = jvps(jnp.eye(n, dtype=x0.dtype))
             mu, V = jnp.linalg.eigh(0.5 * (J + J.T))
-            return V, mu, jnp.asarray(n)
+            return V, mu, jnp.asarray(n, jnp.int32)
         Q = V_prev
         for _ in range(self.power_iterations):
             Q, _ = jnp.linalg.qr(jvps(Q))
         JQ = jvps(Q)
         B = Q.T @ JQ
         mu, U = jnp.linalg.eigh(0.5 * (B + B.T))
-        return Q @ U, mu, jnp.asarray((self.power_iterations + 1) * self.rank)
+        return (
+            Q @ U,
+            mu,
+            jnp.asarray((self.power_iterations + 1) * self.rank, jnp.int32),
+        )
 
     # -- diffrax interface -----------------------------------------------------
 
@@ -237,16 +243,36 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         h = terms.contr(t0, t1)
         h = jnp.asarray(h, dtype=x0.dtype)
 
+        # The vector field as a function of explicit operands (`dynamic`), so
+        # that the branches below close over no traced value.
+        dynamic, static = eqx.partition((terms, args), eqx.is_array)
+
+        def field(dynamic, t, x):
+            terms_, args_ = eqx.combine(dynamic, static)
+            return ravel_pytree(terms_.vf(t, unravel(x), args_))[0].astype(x0.dtype)
+
         def f(t, x):
-            return ravel_pytree(terms.vf(t, unravel(x), args))[0].astype(x0.dtype)
+            return field(dynamic, t, x)
 
         state = solver_state
-        f0 = jax.lax.cond(jnp.asarray(made_jump), lambda: f(t0, x0), lambda: state.f0)
-        refresh = state.stale | (state.age >= self.refresh_every)
-        V, mu, jvps = jax.lax.cond(
+        f0 = cond_per_member(
+            jnp.asarray(made_jump),
+            lambda dynamic, t, x, _: field(dynamic, t, x),
+            lambda dynamic, t, x, f0: f0,
+            (dynamic, t0, x0, state.f0),
+        )
+        # A refresh is a few dozen Jacobian-vector products; in a batch of
+        # members (a sweep) only the members that need one pay for it.
+        # A member that has finished while others go on steps with h = 0 (its
+        # state is then discarded): it needs no refresh.
+        refresh = (state.stale | (state.age >= self.refresh_every)) & (h != 0)
+        V, mu, jvps = cond_per_member(
             refresh,
-            lambda: self._decompose(lambda x: f(t0, x), x0, state.V),
-            lambda: (state.V, state.mu, jnp.asarray(0)),
+            lambda dynamic, t, x, V, mu: self._decompose(
+                lambda x: field(dynamic, t, x), x, V
+            ),
+            lambda dynamic, t, x, V, mu: (V, mu, jnp.zeros((), jnp.int32)),
+            (dynamic, t0, x0, state.V, state.mu),
         )
         hg = h * tab.gamma
         # (I - h gamma W)^{-1} = I + V diag(shift) V^T
