@@ -746,6 +746,7 @@ def solve_spec(setup: _Setup, observer: Observer) -> Spec:
             directions=observer.directions,
             rearm_by=observer.rearm_by,
             armed0=observer.armed0,
+            uses_field=observer.uses_field,
         )
     return Spec(
         vector_field=GradientFlow(),

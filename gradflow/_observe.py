@@ -37,10 +37,11 @@ def save_point(t, y: Params, chain: MarkovChain) -> dict:
     return {"loss": loss, "grad_norm": grad_norm, "params": y}
 
 
-def saddle_speed(t, y: Params, chain: MarkovChain):
+def saddle_speed(t, y: Params, chain: MarkovChain, field=None):
     r"""$s = t |\nabla L|^2 / (\log d - H_{\text{cond}})$: the loss's fall per
-    unit of $\log t$, relative to its range (small on a plateau)."""
-    grad = jax.grad(population_loss)(y, chain)
+    unit of $\log t$, relative to its range (small on a plateau). `field`: the
+    flow's vector field $-\nabla L$ at `y` if already computed."""
+    grad = jax.grad(population_loss)(y, chain) if field is None else field
     grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
     return t * grad_sq / (jnp.log(chain.d) - chain.conditional_entropy)
 
@@ -86,10 +87,15 @@ class Observer(eqx.Module):
     def watches(self) -> bool:
         return bool(self.names)
 
-    def __call__(self, t, y: Params, chain: MarkovChain):
+    @property
+    def uses_field(self) -> bool:
+        """The saddle speed is built on the gradient: take the solver's."""
+        return self.stages
+
+    def __call__(self, t, y: Params, chain: MarkovChain, field=None):
         values = []
         if self.stages:
-            s = saddle_speed(t, y, chain)
+            s = saddle_speed(t, y, chain, field)
             th = self.thresholds
             values += [s - th.escape_speed, th.entry_speed - s]
         values += [jnp.asarray(e.cond_fn(t, y, chain)) for e in self.events]

@@ -23,7 +23,10 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
+
+from .solvers import RosenbrockWState
 
 
 # Direction codes of a condition: fires on an upward crossing (-/+), on a
@@ -74,6 +77,10 @@ class Watch(dfx.AbstractAdaptiveSolver):
     - `capacity`: buffer slots (per chunk of steps; the host empties it).
     - `root_rtol`, `root_atol`: the bisection stops when its bracket is shorter
       than `root_atol + root_rtol |t|`.
+    - `uses_field`: call `condition(t, y, args, field)`, where `field` is the
+      vector field at `(t, y)` when the wrapped solver has computed it there
+      anyway (a Rosenbrock-W step ends with it), else `None`. A condition
+      built on the gradient then costs no gradient evaluation of its own.
     """
 
     solver: dfx.AbstractAdaptiveSolver
@@ -84,6 +91,7 @@ class Watch(dfx.AbstractAdaptiveSolver):
     capacity: int = eqx.field(static=True, default=64)
     root_rtol: float = eqx.field(static=True, default=1e-13)
     root_atol: float = eqx.field(static=True, default=1e-13)
+    uses_field: bool = eqx.field(static=True, default=False)
 
     term_structure: ClassVar = dfx.AbstractTerm
 
@@ -100,8 +108,18 @@ class Watch(dfx.AbstractAdaptiveSolver):
     def func(self, terms, t0, y0, args):
         return self.solver.func(terms, t0, y0, args)
 
-    def _values(self, t, y, args) -> Float[Array, " K"]:
-        return jnp.atleast_1d(self.condition(t, y, args)).astype(jnp.float64)
+    def _values(self, t, y, args, field=None) -> Float[Array, " K"]:
+        if self.uses_field:
+            value = self.condition(t, y, args, field)
+        else:
+            value = self.condition(t, y, args)
+        return jnp.atleast_1d(value).astype(jnp.float64)
+
+    def _field_at_end(self, y1, inner):
+        """The vector field at the step's end, if the step computed it."""
+        if self.uses_field and isinstance(inner, RosenbrockWState):
+            return ravel_pytree(y1)[1](inner.f0)
+        return None
 
     def init(self, terms, t0, t1, y0, args) -> WatchState:
         inner = self.solver.init(terms, t0, t1, y0, args)
@@ -123,7 +141,7 @@ class Watch(dfx.AbstractAdaptiveSolver):
             terms, t0, t1, y0, args, solver_state.inner, made_jump
         )
         before = solver_state.value
-        after = self._values(t1, y1, args)
+        after = self._values(t1, y1, args, self._field_at_end(y1, inner))
         code = jnp.asarray(self.directions)
         up = (before < 0) & (after >= 0)
         down = (before > 0) & (after <= 0)
