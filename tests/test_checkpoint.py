@@ -207,3 +207,22 @@ def test_chunk_size_does_not_change_the_solve(reference, monkeypatch):
     traj = gf.integrate(CHAIN, SCALE, **KW)
     assert traj.stats["num_steps"] > CHUNK * 5
     assert_same_trajectory(reference[True], traj)
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    """Results and checkpoints are written through a temporary file (private
+    by default); the file left behind has the permissions of any new file."""
+    import os
+
+    from gradflow._trajectory import atomic_write
+
+    umask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "a.npz", lambda f: f.write(b"x"))
+        plain = tmp_path / "b"
+        plain.write_bytes(b"x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a.npz").stat().st_mode & 0o777 == 0o644
+    assert plain.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
