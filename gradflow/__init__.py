@@ -5,7 +5,6 @@ Importing gradflow turns on JAX's float64 mode (`jax_enable_x64`): saddle
 escapes grow from components of size `init_scale`, which float32 resolves badly.
 """
 
-import importlib.metadata
 
 import jax
 
@@ -148,7 +147,7 @@ __all__ = [
 ]
 
 
-try:
-    __version__ = importlib.metadata.version("gradflow")
-except importlib.metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+unknown"
+from ._files import version as _installed_version  # noqa: E402
+
+
+__version__ = _installed_version()

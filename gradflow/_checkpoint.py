@@ -27,7 +27,7 @@ from typing import Any, cast
 import jax
 import numpy as np
 
-from ._trajectory import _json_default, _version, atomic_write, read_npz_with_meta
+from ._files import atomic_write, json_default, read_npz_with_meta, version
 from ._validate import is_number
 
 
@@ -64,11 +64,11 @@ def digest(x) -> str:
 
 def _jsonable(obj):
     """`obj` as it reads back from JSON (so fingerprints compare equal)."""
-    return json.loads(json.dumps(obj, default=_json_default))
+    return json.loads(json.dumps(obj, default=json_default))
 
 
 def _fmt(value) -> str:
-    text = json.dumps(value, default=_json_default)
+    text = json.dumps(value, default=json_default)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -170,19 +170,19 @@ class Checkpointer:
 
     def _read(self):
         meta, arrays = read_npz_with_meta(self.path, FORMAT_NAME)
-        version = meta.get("format_version")
-        if version != FORMAT_VERSION:
+        found = meta.get("format_version")
+        if found != FORMAT_VERSION:
             raise ValueError(
-                f"checkpoint '{self.path}' has format version {version} (gradflow "
-                f"{meta.get('gradflow_version')}); this gradflow ({_version()}) "
+                f"checkpoint '{self.path}' has format version {found} (gradflow "
+                f"{meta.get('gradflow_version')}); this gradflow ({version()}) "
                 f"writes version {FORMAT_VERSION}: delete it or use another path"
             )
         diffs = self.differences(meta.get("fingerprint", {}))
-        if meta.get("gradflow_version") != _version():
+        if meta.get("gradflow_version") != version():
             diffs.insert(
                 0,
                 f"gradflow version {meta.get('gradflow_version')} there, "
-                f"{_version()} here",
+                f"{version()} here",
             )
         if diffs:
             raise ValueError(
@@ -223,13 +223,13 @@ class Checkpointer:
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
-            "gradflow_version": _version(),
+            "gradflow_version": version(),
             "fingerprint": self.fingerprint,
             "state": state,
             "written": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         arrays = dict(arrays)
-        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+        arrays["__gradflow__"] = np.array(json.dumps(meta, default=json_default))
         atomic_write(self.path, lambda f: np.savez(f, **arrays))  # pyright: ignore[reportArgumentType]
         self.last_write = time.monotonic()
         self.num_writes += 1

@@ -224,7 +224,7 @@ def _cell(value):
 def write_csv(path: Path, rows, fields) -> None:
     """Writes records (typed records with `to_dict`, or dicts) to `path` as CSV
     with the given columns."""
-    from ._trajectory import atomic_write
+    from ._files import atomic_write
 
     def write(f):
         import io

@@ -13,17 +13,11 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
+from ._files import as_record, atomic_write, json_default, read_npz_with_meta, version
 from ._model import Params, param_arrays, params_from_arrays
 from ._records import EventRecord
 from ._stage_types import Stage
-from ._trajectory import (
-    Trajectory,
-    _json_default,
-    _record,
-    _version,
-    atomic_write,
-    read_npz_with_meta,
-)
+from ._trajectory import Trajectory
 
 
 FORMAT_NAME = "gradflow-sweep"
@@ -203,15 +197,15 @@ class Sweep(eqx.Module):
                     "stats": traj.stats,
                     "ok": bool(traj.ok),
                     "message": traj.message,
-                    "stages": [_record(s) for s in traj.stages],
-                    "events": [_record(e) for e in traj.events],
+                    "stages": [as_record(s) for s in traj.stages],
+                    "events": [as_record(e) for e in traj.events],
                     "extras": sorted(traj.extras),
                 }
             )
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
-            "gradflow_version": _version(),
+            "gradflow_version": version(),
             "settings": self.settings,
             "stats": self.stats,
             "members": [m.to_dict() for m in self.members],
@@ -219,7 +213,7 @@ class Sweep(eqx.Module):
             "tokens": [list(c.tokens) if c.tokens else None for c in self.chains],
             "trajectories": trajs,
         }
-        arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+        arrays["__gradflow__"] = np.array(json.dumps(meta, default=json_default))
         atomic_write(path, lambda f: np.savez(f, **arrays))  # pyright: ignore[reportArgumentType]
         return path
 
@@ -236,11 +230,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     written by a newer file-format version.
     """
     meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    found = meta.get("format_version")
+    if not isinstance(found, int) or found > FORMAT_VERSION:
         raise ValueError(
-            f"'{path}' was written with sweep format version {version} by gradflow "
-            f"{meta.get('gradflow_version')}; this gradflow ({_version()}) reads "
+            f"'{path}' was written with sweep format version {found} by gradflow "
+            f"{meta.get('gradflow_version')}; this gradflow ({version()}) reads "
             f"format versions <= {FORMAT_VERSION}: upgrade gradflow"
         )
     try:

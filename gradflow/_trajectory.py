@@ -1,10 +1,8 @@
 """Solved trajectories: the result of [`gradflow.integrate`][], saved and loaded
 with their chain, settings and gradflow version."""
 
-import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
+from ._files import as_record, atomic_write, json_default, read_npz_with_meta, version
 from ._model import Params, param_arrays, params_from_arrays
 from ._records import EventRecord
 from ._stage_types import Stage
@@ -19,24 +18,10 @@ from ._stage_types import Stage
 
 FORMAT_NAME = "gradflow-trajectory"
 FORMAT_VERSION = 1
+
+
 # The function that reads each kind of gradflow file, named in the error for
 # a file handed to the wrong loader.
-LOADERS = {
-    "gradflow-trajectory": "gradflow.load",
-    "gradflow-sgd": "gradflow.load_sgd",
-    "gradflow-sweep": "gradflow.load_sweep",
-}
-# Every .npz file is a zip archive: a local file header, or the end record of
-# an empty archive.
-_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
 class AbstractResult(eqx.Module):
     """What a [`gradflow.Trajectory`][] and a [`gradflow.SGDRun`][] share:
     save times `ts` and parameters `params` with a leading time axis."""
@@ -116,26 +101,6 @@ class Trajectory(AbstractResult):
         return write_result(path, self, FORMAT_NAME, FORMAT_VERSION, arrays)
 
 
-def _record(obj) -> dict:
-    if isinstance(obj, dict):
-        return dict(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return dict(vars(obj))
-
-
-def _json_default(obj):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if hasattr(obj, "dtype") and hasattr(obj, "tolist"):
-        return np.asarray(obj).tolist()
-    return str(obj)
-
-
 def write_result(path, result, format_name: str, format_version: int, arrays) -> Path:
     """Writes a result (a `Trajectory`, an `SGDRun`: anything with `chain`,
     `params`, `settings`, `stats`, `ok`, `message`, `stages`, `events`,
@@ -145,14 +110,14 @@ def write_result(path, result, format_name: str, format_version: int, arrays) ->
     meta = {
         "format": format_name,
         "format_version": format_version,
-        "gradflow_version": _version(),
+        "gradflow_version": version(),
         "settings": result.settings,
         "stats": result.stats,
         "ok": bool(result.ok),
         "message": result.message,
         "tokens": list(result.chain.tokens) if result.chain.tokens else None,
-        "stages": [_record(s) for s in result.stages],
-        "events": [_record(e) for e in result.events],
+        "stages": [as_record(s) for s in result.stages],
+        "events": [as_record(e) for e in result.events],
         "extras": sorted(result.extras),
     }
     arrays = {
@@ -164,7 +129,7 @@ def write_result(path, result, format_name: str, format_version: int, arrays) ->
         },
         **{f"extra_{k}": np.asarray(v) for k, v in result.extras.items()},
     }
-    arrays["__gradflow__"] = np.array(json.dumps(meta, default=_json_default))
+    arrays["__gradflow__"] = np.array(json.dumps(meta, default=json_default))
     atomic_write(path, lambda f: np.savez(f, **arrays))
     return path
 
@@ -181,12 +146,12 @@ def read_result(
     from a newer file format.
     """
     meta, arrays = read_npz_with_meta(path, format_name)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > format_version:
+    found = meta.get("format_version")
+    if not isinstance(found, int) or found > format_version:
         raise ValueError(
-            f"'{path}' was written with {what} format version {version} by "
+            f"'{path}' was written with {what} format version {found} by "
             f"gradflow {meta.get('gradflow_version')}; this gradflow "
-            f"({_version()}) reads format versions <= {format_version}: upgrade gradflow"
+            f"({version()}) reads format versions <= {format_version}: upgrade gradflow"
         )
     try:
         # pi is stored so that the loaded chain is bit-identical (files
@@ -212,78 +177,6 @@ def read_result(
         raise ValueError(
             f"'{path}' is an incomplete gradflow {what}: missing {e}"
         ) from None
-
-
-def atomic_write(path: Path, write) -> None:
-    """Writes through a temporary file in the same folder, then renames it, so
-    that a crash never leaves a half-written file under `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file private (0600); a result file gets the
-        # permissions any new file gets (0666 less the umask).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def read_npz_with_meta(
-    path: str | os.PathLike, expected_format: str
-) -> tuple[dict, dict]:
-    """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
-    error for a missing, truncated, foreign or too-new file."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file: '{path}'")
-    if path.is_dir():
-        raise ValueError(f"'{path}' is a directory, not a {expected_format} file")
-    raw = path.read_bytes()
-    if not raw.startswith(_ZIP_MAGIC):
-        kind = "an empty file" if not raw else f"it starts with {raw[:8]!r}"
-        raise ValueError(
-            f"'{path}' is not a {expected_format} file: it is not a NumPy .npz "
-            f"archive ({kind})"
-        )
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except Exception as e:
-        reason = " ".join(f"{type(e).__name__}: {e}".split())
-        raise ValueError(
-            f"'{path}' could not be read as a {expected_format} file: the .npz "
-            f"archive is damaged or truncated ({len(raw)} bytes; {reason})"
-        ) from None
-    if "__gradflow__" not in arrays:
-        raise ValueError(
-            f"'{path}' is not a {expected_format} file: it holds no gradflow "
-            f"metadata (arrays {', '.join(sorted(arrays)[:6]) or 'none'}); it was not "
-            "written by gradflow"
-        )
-    try:
-        meta = json.loads(str(arrays.pop("__gradflow__")))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"'{path}' has corrupt gradflow metadata: {e}") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"'{path}' has corrupt gradflow metadata: not a JSON object")
-    found = meta.get("format")
-    if found != expected_format:
-        hint = f"; read it with {LOADERS[found]}" if found in LOADERS else ""
-        raise ValueError(
-            f"'{path}' is a {found!r} file, not a {expected_format!r} file{hint}"
-        )
-    return meta, arrays
 
 
 def load(path: str | os.PathLike) -> Trajectory:

@@ -214,7 +214,7 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     by default); the file left behind has the permissions of any new file."""
     import os
 
-    from gradflow._trajectory import atomic_write
+    from gradflow._files import atomic_write
 
     umask = os.umask(0o022)
     try:
@@ -226,3 +226,20 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     assert (tmp_path / "a.npz").stat().st_mode & 0o777 == 0o644
     assert plain.stat().st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch):
+    """A checkpoint written in another file-format version is refused with a
+    message naming both versions (and the same call's checkpoint resumes)."""
+    from gradflow import _checkpoint
+
+    kw = dict(kind="test", settings={"a": 1}, inputs={"x": np.arange(3.0)})
+    path = tmp_path / "ck.npz"
+    _checkpoint.Checkpointer(path, **kw).write({"t": 1.0}, {"y": np.ones(2)})
+    again = _checkpoint.Checkpointer(path, **kw)
+    assert again.state is not None and again.state[0] == {"t": 1.0}
+    monkeypatch.setattr(_checkpoint, "FORMAT_VERSION", _checkpoint.FORMAT_VERSION + 1)
+    with pytest.raises(
+        ValueError, match=r"has format version 1 \(gradflow .*\); this gradflow"
+    ):
+        _checkpoint.Checkpointer(path, **kw)

@@ -22,7 +22,7 @@ import pytest
 import gradflow as gf
 import gradflow._sgd as sgd_module
 from gradflow._checkpoint import FORMAT_NAME, Checkpointer
-from gradflow._trajectory import read_npz_with_meta
+from gradflow._files import read_npz_with_meta
 from gradflow.cli import main
 
 

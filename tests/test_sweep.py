@@ -1,6 +1,7 @@
 """gf.sweep: members equal their solo runs, C order, labels, failed members,
 save/load, checkpoint/resume, bad input."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -139,6 +140,15 @@ def test_save_load(sw, tmp_path):
     assert back.table().equals(sw.table())
     with pytest.raises(ValueError, match="not a 'gradflow-sweep' file"):
         gf.load_sweep(sw[0].save(tmp_path / "one.npz"))
+    # A file of a newer format is refused, naming both versions.
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["__gradflow__"]))
+    meta.update(format_version=meta["format_version"] + 1, gradflow_version="99.0")
+    arrays["__gradflow__"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "newer.npz", **arrays)
+    with pytest.raises(ValueError, match=r"sweep format version \d+ by gradflow 99\.0"):
+        gf.load_sweep(tmp_path / "newer.npz")
 
 
 def test_checkpoint_resume(sw, tmp_path, small_chunks):
