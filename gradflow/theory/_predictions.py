@@ -21,6 +21,14 @@ from ._linearize import Linearization
 # ---------------------------------------------------------------------------
 
 
+def _minimal_only(name: str, params) -> None:
+    if not isinstance(params, Params):
+        raise ValueError(
+            f"{name} is derived for the minimal model (gradflow.Params) only, got "
+            f"{type(params).__name__} of model {getattr(params, 'model', '?')}"
+        )
+
+
 def origin_rate(chain: MarkovChain) -> float:
     r"""$\sigma = |\pi - \mathbf 1/d|\,|\pi|$: the growth rate at the origin."""
     pi = np.asarray(check_chain(chain).pi)
@@ -147,7 +155,9 @@ def origin_escape_offset(chain: MarkovChain, level: float | None = None) -> floa
 
 
 def unstable_amplitude(chain: MarkovChain, params: Params) -> float:
-    r"""$|g_0| = |W_0\hat p + W_1^\top\hat u|/\sqrt 2$ at `params`."""
+    r"""$|g_0| = |W_0\hat p + W_1^\top\hat u|/\sqrt 2$ at `params` (the
+    minimal model's unstable mode at the origin)."""
+    _minimal_only("unstable_amplitude", params)
     pi = np.asarray(chain.pi)
     u = pi - 1.0 / pi.size
     x = np.asarray(params.W0) @ (pi / np.linalg.norm(pi))
@@ -165,6 +175,7 @@ def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> 
     its prior weight $\pi_k$ rises most. (The absolute mass gain
     $\pi_k(S_{ik} - \bar S_i)$ can peak elsewhere when the scores favour rare
     tokens.)"""
+    _minimal_only("mode_focus_token", params)
     mode = lin.modes[0]
     E = jnp.asarray(params.W0)
     S = (mode.WQ @ E).T @ (mode.WK @ E)
