@@ -421,6 +421,24 @@ def full_combination(t1: float = 5000.0, max_steps: int = 400_000, json_path=Non
             f"| {r['steps']:,} | {r['rejected']:,} | {r['grads']:,} | {r['hvps']:,} "
             f"| {r['final_loss']:.12f} | {diff:.1e} |"
         )
+    # Why the default's steps stay small: the Hessian's spectrum where the flow
+    # spends its time (the final point, at the minimum) against the rank of W.
+    final = out[rows[0][0]]["traj"].params[-1]
+    x, unravel = ravel_pytree(final)
+    H = jax.hessian(lambda y: gf.population_loss(unravel(y), chain))(x)
+    ev = np.sort(np.abs(np.linalg.eigvalsh(0.5 * (np.asarray(H) + np.asarray(H).T))))
+    ev = ev[::-1]
+    spectrum = {
+        "largest": float(ev[0]),
+        "num_above_1": int((ev > 1).sum()),
+        "num_above_10": int((ev > 10).sum()),
+        "17th": float(ev[16]),
+        "25th": float(ev[24]),
+        "26th": float(ev[25]),
+        "33rd": float(ev[32]),
+    }
+    print(f"\n|eigenvalues| of the Hessian at t = {t1:g} (default solve): {spectrum}")
+    out["spectrum"] = spectrum
     if json_path:
         with open(json_path, "w") as f:
             json.dump(
