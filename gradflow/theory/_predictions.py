@@ -10,7 +10,7 @@ import numpy as np
 import optimistix as optx
 
 from .._chain import MarkovChain
-from .._model import Params
+from .._model import AnyParams, Params
 from .._validate import is_integer
 from ._checks import check_chain
 from ._linearize import Linearization
@@ -154,7 +154,7 @@ def origin_escape_offset(chain: MarkovChain, level: float | None = None) -> floa
     return T + math.log(math.sqrt(2) * eps) / sigma
 
 
-def unstable_amplitude(chain: MarkovChain, params: Params) -> float:
+def unstable_amplitude(chain: MarkovChain, params: AnyParams) -> float:
     r"""$|g_0| = |W_0\hat p + W_1^\top\hat u|/\sqrt 2$ at `params` (the
     minimal model's unstable mode at the origin)."""
     _minimal_only("unstable_amplitude", params)
@@ -165,7 +165,7 @@ def unstable_amplitude(chain: MarkovChain, params: Params) -> float:
     return float(np.linalg.norm(x + y) / math.sqrt(2))
 
 
-def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> int:
+def mode_focus_token(chain: MarkovChain, params: AnyParams, lin: Linearization) -> int:
     r"""The key token that the top unstable mode's attention scores favour.
 
     Along the mode the scores become $S = (\delta W_Q E)^\top(\delta W_K E)$
