@@ -10,6 +10,7 @@ and the final parameters).
     python benchmarks/solvers.py --quick        # sticky, main rows, about 3 min
     python benchmarks/solvers.py                # sticky, all baselines, ~7 min
     python benchmarks/solvers.py --scenario random16 --scenario big   # unmeasured
+    python benchmarks/solvers.py --scenario full   # the full model variant, ~10 min
 
 The tight reference (Diffrax Tsit5, rtol 1e-10, atol 1e-13) is cached in
 `--cache` (default `~/.cache/gradflow-bench`).
@@ -338,6 +339,119 @@ def reference(sc, ts, cache: pathlib.Path):
     return out["loss"], final
 
 
+# -- the full model variant ---------------------------------------------------------
+
+FULL_MODEL = gf.Model(heads=2, layers=2, value=True, residual=True, norm="rms")
+
+
+def full_combination(t1: float = 5000.0, max_steps: int = 400_000, json_path=None):
+    """The full combination of SPEC section 9 (2 heads, 2 layers, value,
+    residual, RMS norm; 872 parameters) on the default sticky scenario
+    (width 8, init_scale 1e-3, seed 0, `stages=False`), through
+    `gf.integrate`: the default solver, the default with a rank-32 W (the
+    Hessian there has 25 eigenvalues above 1 at the minimum, see
+    docs/variants.md), the default with `jacobian_tol = 5` (fewer refreshes)
+    and Diffrax Tsit5 at rtol 1e-7, side by side in one process. Each is
+    compiled by a short solve first (same shapes), then timed once."""
+    import json
+
+    sc = sticky_scenario()
+    chain = sc["chain"]
+    rows = [
+        (f"default ({gf.DEFAULT_SOLVER}, rank 16), rtol 1e-5", None, None),
+        ("ros34pw2 rank 32, rtol 1e-5", gf.solvers.ROS34PW2(rank=32), None),
+        (
+            "ros34pw2 rank 16, jacobian_tol 5, rtol 1e-5",
+            gf.solvers.ROS34PW2(jacobian_tol=5.0),
+            None,
+        ),
+        ("tsit5, rtol 1e-7", "tsit5", 1e-7),
+    ]
+    kw = dict(
+        width=sc["width"],
+        seed=sc["seed"],
+        model=FULL_MODEL,
+        stages=False,
+        progress=False,
+        max_steps=max_steps,
+    )
+    out = {}
+    for label, solver, rtol in rows:
+        gf.integrate(
+            chain, sc["init_scale"], t1=t1 * 1e-3, solver=solver, rtol=rtol, **kw
+        )
+        start = time.perf_counter()
+        traj = gf.integrate(
+            chain, sc["init_scale"], t1=t1, solver=solver, rtol=rtol, **kw
+        )
+        wall = time.perf_counter() - start
+        out[label] = dict(
+            traj=traj,
+            wall=wall,
+            ok=bool(traj.ok),
+            steps=traj.stats["num_steps"],
+            rejected=traj.stats["num_rejected_steps"],
+            grads=traj.stats["num_grad_evals"],
+            hvps=traj.stats["num_hvps"],
+            rtol=traj.settings["rtol"],
+            atol=traj.settings["atol"],
+            final_loss=float(traj.loss[-1]),
+        )
+        print(label, {k: v for k, v in out[label].items() if k != "traj"}, flush=True)
+    ref = out[rows[-1][0]]["traj"]
+    print(
+        f"\n### full combination {FULL_MODEL.label} "
+        f"({ref.params[0].num_parameters} parameters), {sc['name']}, t1 = {t1:g}, "
+        f"init_scale {sc['init_scale']:g}; conditional entropy "
+        f"{float(chain.conditional_entropy):.10f}\n"
+    )
+    print(
+        "| solver | ok | wall s | vs Tsit5 | steps | rejected | grad evals | HVPs "
+        "| final loss | max abs loss diff to Tsit5 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    base = out[rows[-1][0]]["wall"]
+    for label, *_ in rows:
+        r = out[label]
+        n = min(len(r["traj"].loss), len(ref.loss))
+        diff = float(np.max(np.abs(r["traj"].loss[:n] - ref.loss[:n])))
+        r["max_loss_diff_to_tsit5"] = diff
+        print(
+            f"| {label} | {r['ok']} | {r['wall']:.1f} | {base / r['wall']:.2f}x "
+            f"| {r['steps']:,} | {r['rejected']:,} | {r['grads']:,} | {r['hvps']:,} "
+            f"| {r['final_loss']:.12f} | {diff:.1e} |"
+        )
+    # Why the default's steps stay small: the Hessian's spectrum where the flow
+    # spends its time (the final point, at the minimum) against the rank of W.
+    final = out[rows[0][0]]["traj"].params[-1]
+    x, unravel = ravel_pytree(final)
+    H = jax.hessian(lambda y: gf.population_loss(unravel(y), chain))(x)
+    ev = np.sort(np.abs(np.linalg.eigvalsh(0.5 * (np.asarray(H) + np.asarray(H).T))))
+    ev = ev[::-1]
+    spectrum = {
+        "largest": float(ev[0]),
+        "num_above_1": int((ev > 1).sum()),
+        "num_above_10": int((ev > 10).sum()),
+        "17th": float(ev[16]),
+        "25th": float(ev[24]),
+        "26th": float(ev[25]),
+        "33rd": float(ev[32]),
+    }
+    print(f"\n|eigenvalues| of the Hessian at t = {t1:g} (default solve): {spectrum}")
+    out["spectrum"] = spectrum
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(
+                {
+                    k: {kk: vv for kk, vv in v.items() if kk != "traj"}
+                    for k, v in out.items()
+                },
+                f,
+                indent=1,
+            )
+    return out
+
+
 # -- table --------------------------------------------------------------------------
 
 
@@ -533,7 +647,10 @@ def main(argv=None):
         default=pathlib.Path.home() / ".cache" / "gradflow-bench",
     )
     parser.add_argument(
-        "--scenario", choices=["sticky", "random16", "big"], action="append"
+        "--scenario", choices=["sticky", "random16", "big", "full"], action="append"
+    )
+    parser.add_argument(
+        "--json", default=None, help="--scenario full: also write its rows here"
     )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)  # for the fast rows
@@ -552,6 +669,9 @@ def main(argv=None):
         f"at scale 1e-3: {default_tolerances(jnp.float64, 1e-3)}"
     )
     for name in names:
+        if name == "full":
+            full_combination(json_path=args.json)
+            continue
         table(makers[name](), args.quick, repeats, args.cache)
 
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._cli_sgd import add_text_arguments, chain_from_text_args
+from ._cli_sgd import (
+    add_model_arguments,
+    add_text_arguments,
+    chain_from_text_args,
+    model_from_args,
+)
 
 
 DEFAULTS = {
@@ -105,6 +110,7 @@ def register(subparsers) -> None:
         "--chain-seed", type=int, default=0, help="random: seed of the chain"
     )
     add_text_arguments(p)
+    add_model_arguments(p)
     g = p.add_argument_group("flow")
     g.add_argument(
         "--width", type=int, default=DEFAULTS["width"], help="embedding width m"
@@ -263,6 +269,7 @@ def run(args) -> int:
     interrupted = None
     try:
         chain, description = _chain(args)
+        model = model_from_args(args)
         if args.saves < 2:
             raise ValueError(f"--saves must be at least 2, got {args.saves}")
         ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
@@ -280,6 +287,7 @@ def run(args) -> int:
             progress=not args.no_progress,
             checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every,
+            model=model,
             **extra,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
@@ -302,7 +310,7 @@ def run(args) -> int:
         )
         return 130
     levels = gf.entropy_bounds(chain)
-    print(f"chain: {description}")
+    print(f"chain: {description}; model: {model.label}")
     print(
         f"loss {traj.loss[0]:.5f} -> {traj.loss[-1]:.5f} at t = {traj.t_final:.6g} "
         f"(log d = {levels['log_d']:.5f}, H(pi) = {levels['unigram']:.5f}, "

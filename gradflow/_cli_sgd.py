@@ -6,14 +6,71 @@ partial run is saved to `--out` and the message printed); 2 for bad input
 (one line on stderr); 130 when interrupted (Ctrl-C: the partial run is saved
 to `--out`, the checkpoint, if any, resumes it).
 
-Also home of the text options shared with `gradflow run`:
-[`add_text_arguments`][] and [`chain_from_text_args`][].
+Also home of the options shared with `gradflow run`: the text options
+([`add_text_arguments`][], [`chain_from_text_args`][]) and the model variant
+([`add_model_arguments`][], [`model_from_args`][]).
 """
 
 import argparse
 import json
 import sys
 from pathlib import Path
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the model variant of SPEC section 9: `--heads H`, `--layers L`,
+    `--value`, `--residual`, `--norm {none,rms,layer}` (default: the paper's
+    model). Values are checked by [`model_from_args`][] (one-line errors)."""
+    group = parser.add_argument_group(
+        "model variant (default: the paper's one-layer model; docs/variants.md)"
+    )
+    group.add_argument(
+        "--heads", default="1", metavar="H", help="attention heads per layer (>= 1)"
+    )
+    group.add_argument(
+        "--layers", default="1", metavar="L", help="attention layers (1 or 2)"
+    )
+    group.add_argument("--value", action="store_true", help="a value matrix per head")
+    group.add_argument("--residual", action="store_true", help="a residual stream")
+    group.add_argument(
+        "--norm",
+        default="none",
+        metavar="{none,rms,layer}",
+        help="normalisation of each column before W1",
+    )
+
+
+def _int_flag(flag: str, text, low: int, high: int | None = None) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"{low} or {high}"
+        if high is not None and high - low > 1:
+            bound = f"between {low} and {high}"
+        raise ValueError(f"{flag} must be an integer {bound}, got {text!r}")
+    return value
+
+
+def model_from_args(args: argparse.Namespace):
+    """The [`gradflow.Model`][] of [`add_model_arguments`][]'s flags; a
+    `ValueError` naming the flag for a bad value."""
+    import gradflow as gf
+    from gradflow._variants import MAX_LAYERS
+
+    heads = _int_flag("--heads", args.heads, 1)
+    layers = _int_flag("--layers", args.layers, 1, MAX_LAYERS)
+    norm = str(args.norm).lower()
+    if norm not in ("none", "rms", "layer"):
+        raise ValueError(f"--norm must be one of none, rms, layer, got {args.norm!r}")
+    return gf.Model(
+        heads=heads,
+        layers=layers,
+        value=bool(args.value),
+        residual=bool(args.residual),
+        norm=None if norm == "none" else norm,
+    )
 
 
 def add_text_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +181,7 @@ def register(subparsers) -> None:
     )
     _add_chain_arguments(parser)
     add_text_arguments(parser)
+    add_model_arguments(parser)
     g = parser.add_argument_group("model and SGD")
     g.add_argument("--width", type=int, default=8, help="embedding width m (default 8)")
     g.add_argument("--init-scale", type=float, default=1e-3)
@@ -199,7 +257,10 @@ def main(args: argparse.Namespace) -> int:
             "momentum": optax.sgd(args.lr, momentum=0.9),
             "adam": optax.adam(args.lr),
         }[args.optimizer]
-        params0 = gf.init_params(chain.d, args.width, args.init_scale, args.seed)
+        model = model_from_args(args)
+        params0 = gf.init_params(
+            chain.d, args.width, args.init_scale, args.seed, model=model
+        )
         run = gf.train_sgd(
             source,
             params0,

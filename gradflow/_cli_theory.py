@@ -132,7 +132,9 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     ax1.set_ylabel(r"$|\nabla L|$")
     ax1.legend(fontsize=7, loc="lower left")
     fig.suptitle(
-        f"gradflow theory: d = {traj.chain.d}, m = {traj.params.m}", fontsize=10
+        f"gradflow theory: d = {traj.chain.d}, m = {traj.params.m}, model "
+        f"{_model_label(traj)}",
+        fontsize=10,
     )
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
@@ -140,6 +142,12 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     fig.savefig(paths[1])
     plt.close(fig)
     return paths
+
+
+def _model_label(traj) -> str:
+    from ._model import model_of
+
+    return model_of(traj.params).label
 
 
 def gf_bounds(traj):

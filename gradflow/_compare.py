@@ -7,7 +7,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from ._custom_types import PARAM_NAMES
+from ._model import model_of, param_arrays
 from ._trajectory import Trajectory
 
 
@@ -60,7 +60,8 @@ class Comparison(eqx.Module):
     - `flow_loss`, `sgd_loss`: population losses at `ts`;
       `loss_gap = sgd_loss - flow_loss`.
     - `param_distance`: $\|\theta_\text{SGD} - \theta_\text{flow}\| /
-      \|\theta_\text{flow}\|$ (all four matrices together) at `ts`.
+      \|\theta_\text{flow}\|$ (all parameters together: the four matrices,
+      and a variant's `WV`, `gain`, `bias`) at `ts`.
     - `exact`: whether the flow was saved at exactly `ts` (otherwise it was
       interpolated linearly in `t`; pass `ts=run.ts` to `integrate` to avoid it).
     - `levels`: loss levels on the first drop, the fractions `fractions` of the
@@ -169,7 +170,11 @@ class Comparison(eqx.Module):
 
 
 def _leaves(params) -> list[np.ndarray]:
-    return [np.asarray(getattr(params, n)) for n in PARAM_NAMES]
+    """Every parameter array (a variant's `WV`, `gain`, `bias` included),
+    flattened behind the leading time axis."""
+    return [
+        np.asarray(v).reshape(np.shape(v)[0], -1) for v in param_arrays(params).values()
+    ]
 
 
 def compare(
@@ -194,8 +199,11 @@ def compare(
     **Returns:** a [`gradflow.Comparison`][]; `.summary()` for the numbers,
     `.save_figure(path)` for the overlay.
 
-    **Raises:** `ValueError` when the chains differ in size, the time ranges do
-    not overlap, or a fraction is outside `(0, 1)`.
+    Both must be of one model ([`gradflow.Model`][]): the model is read from
+    their parameters, so a variant's flow compares with that variant's SGD.
+
+    **Raises:** `ValueError` when the chains differ in size, the models differ,
+    the time ranges do not overlap, or a fraction is outside `(0, 1)`.
     """
     for name, obj in (("traj", traj), ("run", run)):
         for field in ("ts", "loss", "params", "chain"):
@@ -207,6 +215,12 @@ def compare(
         raise ValueError(
             f"the flow has d = {traj.chain.d} tokens but the SGD run has "
             f"d = {run.chain.d}"
+        )
+    flow_model, sgd_model = model_of(traj.params), model_of(run.params)
+    if flow_model != sgd_model:
+        raise ValueError(
+            f"the flow is of model {flow_model.label} but the SGD run of model "
+            f"{sgd_model.label}; compare runs of one model"
         )
     fractions = tuple(float(f) for f in fractions)
     bad = [f for f in fractions if not 0 < f < 1]
@@ -230,9 +244,9 @@ def compare(
         flow_loss = _interp(ts, ft, np.asarray(traj.loss, float))
         flow_p = [_interp(ts, ft, x) for x in _leaves(traj.params)]
     diff = sum(
-        np.sum((a - b) ** 2, axis=(-2, -1)) for a, b in zip(sgd_p, flow_p, strict=True)
+        np.sum((a - b) ** 2, axis=-1) for a, b in zip(sgd_p, flow_p, strict=True)
     )
-    norm = sum(np.sum(b**2, axis=(-2, -1)) for b in flow_p)
+    norm = sum(np.sum(b**2, axis=-1) for b in flow_p)
     param_distance = np.sqrt(diff / np.maximum(norm, np.finfo(float).tiny))
 
     start = float(flow_loss[0])

@@ -30,7 +30,7 @@ from ._checkpoint import (
     deferred_interrupt,
 )
 from ._integrate import default_save_times, initial_point
-from ._model import AnyParams, Params
+from ._model import AnyParams, model_of
 from ._sgd_checkpoint import (
     LoopState,
     checkpoint_state,
@@ -57,7 +57,7 @@ _CHUNK = 2000
 
 
 def sgd_step(
-    params: Params,
+    params: AnyParams,
     opt_state,
     key: PRNGKeyArray,
     *,
@@ -167,6 +167,7 @@ def train_sgd(
     dtype: str = "float64",
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: float = DEFAULT_EVERY,
+    model=None,
 ) -> SGDRun:
     r"""Trains the finite-context model (SPEC section 2) with Optax and logs it on
     the flow's time axis.
@@ -181,8 +182,9 @@ def train_sgd(
     - `source`: a [`gradflow.MarkovChain`][] (sequences of `context + 1`
       tokens, $x_1 \sim \pi$, then $P$) or a [`gradflow.text.TokenStream`][]
       (windows of real text; the population loss is that of its bigram chain).
-    - `params`: parameters to start from; or `init_scale` (and `width`, `seed`)
-      for the random start of [`gradflow.init_params`][]. Give exactly one.
+    - `params`: parameters to start from; or `init_scale` (and `width`, `seed`,
+      `model`) for the random start of [`gradflow.init_params`][]. Give
+      exactly one.
     - `seed`: seeds the initialisation (same as `integrate`) and the data.
     - `context`: $s$, tokens seen by the attention; `batch_size`: sequences
       per step; `lr`: learning rate (and the time unit); `t1`: final time.
@@ -205,6 +207,11 @@ def train_sgd(
       settings, chain, text, start, save times or optimizer) is refused.
     - `checkpoint_every`: seconds between periodic checkpoint writes (default
       120; `0` writes after every chunk of steps).
+    - `model`: a [`gradflow.Model`][] for the random start (default: the
+      paper's model); given `params` carry their model, and a `model` given
+      with them must match. The finite-context model of a variant is that of
+      SPEC section 9 (each layer causal at every position); the model is saved
+      in `settings["model"]` and is part of the checkpoint's fingerprint.
 
     **Returns:** a [`gradflow.SGDRun`][]. If the loss becomes non-finite the run
     stops: `ok` is `False` and `message` says where and what to change.
@@ -250,6 +257,7 @@ def train_sgd(
         dtype=dtype,
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
+        model=model,
     )
     return _train(setup, progress)
 
@@ -290,6 +298,7 @@ def _prepare(
     dtype,
     checkpoint,
     checkpoint_every,
+    model=None,
 ) -> _Setup:
     """Checks the arguments of `train_sgd` (one-line errors naming the
     argument), opens the checkpoint (refusing one of another call), and draws
@@ -315,7 +324,7 @@ def _prepare(
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
     params0, init_scale, width = initial_point(
-        chain, init_scale, params, width, seed, jdtype
+        chain, init_scale, params, width, seed, jdtype, model
     )
     settings = {
         "source": kind if kind == "chain" else f"text:{source.source}",
@@ -330,6 +339,7 @@ def _prepare(
         "optimizer": "sgd" if optimizer is None else optimizer_repr(optimizer),
         "dtype": np.dtype(jdtype).name,
         "num_saves": int(steps.size),
+        "model": model_of(params0).as_dict(),
     }
     opt = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     ckpt = None

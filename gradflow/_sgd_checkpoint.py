@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checkpoint import digest, pack_tree, unpack_tree
-from ._custom_types import PARAM_NAMES
+from ._model import param_arrays
 from ._text import TokenStream
 
 
@@ -120,7 +120,7 @@ def fingerprint(settings, *, optimizer, opt, params0, source, chain, steps):
         "chain.P": chain.P,
         "chain.pi": chain.pi,
         "save steps": steps,
-        **{f"params0.{n}": getattr(params0, n) for n in PARAM_NAMES},
+        **{f"params0.{n}": v for n, v in param_arrays(params0).items()},
     }
     if isinstance(source, TokenStream):
         inputs["text ids"] = source.ids

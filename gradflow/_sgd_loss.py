@@ -8,8 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._attention import mean_nll
 from ._chain import MarkovChain
-from ._model import Params, _attention_weights, population_loss
+from ._model import AnyParams, Params, _attention_weights, population_loss
+from ._variants import (
+    VariantParams,
+    variant_counted_logits,
+    variant_finite_context_logits,
+)
 
 
 def context_counts(
@@ -45,15 +51,28 @@ def counted_context_loss(
     return -jnp.mean(jnp.take_along_axis(logp, target[None, :], axis=0))
 
 
-def batch_loss(params: Params, batch) -> jax.Array:
-    """The finite-context loss of a batch of sequences: the training objective."""
+def batch_loss(params: AnyParams, batch) -> jax.Array:
+    """The finite-context loss of a batch of sequences: the training objective.
+
+    From token counts ([`counted_context_loss`][]) for the minimal model and
+    every one-layer variant; a two-layer variant runs the full causal
+    finite-context forward (its first layer's output at a position depends on
+    the whole prefix, so counts do not determine it)."""
+    if isinstance(params, VariantParams):
+        if params.model.layers == 1:
+            query, counts, target = context_counts(batch, params.d, params.W0.dtype)
+            logits = variant_counted_logits(params, query, counts)  # (d, b)
+            return mean_nll(logits.T, target)
+        return mean_nll(
+            variant_finite_context_logits(params, batch[:, :-1]), batch[:, -1]
+        )
     return counted_context_loss(
         params, *context_counts(batch, params.d, params.W0.dtype)
     )
 
 
 @eqx.filter_jit
-def _population_observables(params: Params, chain: MarkovChain):
+def _population_observables(params: AnyParams, chain: MarkovChain):
     def one(p):
         loss, grad = jax.value_and_grad(population_loss)(p, chain)
         grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
@@ -71,7 +90,7 @@ def _pad_rows(x):
     return jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
 
 
-def population_observables(params: Params, chain: MarkovChain):
+def population_observables(params: AnyParams, chain: MarkovChain):
     r"""Population loss and $|\nabla L|$ of stacked parameters, in chunks of a
     fixed size (the last one padded) so that runs with different numbers of
     saves share one compilation."""

@@ -7,7 +7,7 @@ import equinox as eqx
 import numpy as np
 
 from ._chain import MarkovChain
-from ._model import Params
+from ._model import AnyParams
 from ._trajectory import AbstractResult, read_result, write_result
 
 
@@ -27,7 +27,9 @@ class SGDRun(AbstractResult):
     - `grad_norm`: $|\nabla L|$ of the population loss at each saved iterate.
     - `train_loss`: the mean mini-batch (finite-context) loss of the steps
       since the previous save; at `ts[0]`, the loss of one batch at the start.
-    - `params`: [`gradflow.Params`][] with a leading time axis.
+    - `params`: [`gradflow.Params`][] (or a variant's
+      [`gradflow.VariantParams`][], model in `settings["model"]`) with a
+      leading time axis.
     - `chain`: the chain sampled from, or for text the bigram chain of the
       corpus.
     - `settings`, `stats`, `ok`, `message`, `stages`, `events`, `extras`: as
@@ -43,7 +45,7 @@ class SGDRun(AbstractResult):
     population_loss: np.ndarray
     grad_norm: np.ndarray
     train_loss: np.ndarray
-    params: Params
+    params: AnyParams
     chain: MarkovChain
     settings: dict[str, Any]
     stats: dict[str, Any]

@@ -29,7 +29,7 @@ from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
 from ._diagnostics import _point_diagnostics
-from ._model import Params, attention_summary, population_loss
+from ._model import AnyParams, Params, attention_summary, population_loss
 from ._records import EventRecord
 from ._stage_types import STAGE_KINDS, Stage, StageThresholds
 
@@ -78,7 +78,7 @@ def _observe_many(ts, params: Params, chain: MarkovChain):
 
 
 def observe_params(
-    ts, params: Params, chain: MarkovChain, *, batch: int = 512
+    ts, params: AnyParams, chain: MarkovChain, *, batch: int = 512
 ) -> dict[str, np.ndarray]:
     r"""[`gradflow.observe`][] at every saved point: `params` with a leading
     time axis of length `len(ts)` (a trajectory's `traj.params`, an SGD run's).
@@ -640,7 +640,7 @@ def stage_events(stages: Sequence[Stage]) -> tuple[EventRecord, ...]:
 
 def stages_from_params(
     ts,
-    params: Params,
+    params: AnyParams,
     chain: MarkovChain,
     thresholds: StageThresholds | None = None,
 ) -> tuple[tuple[Stage, ...], tuple[EventRecord, ...], dict[str, np.ndarray]]:

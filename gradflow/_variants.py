@@ -377,6 +377,28 @@ def variant_finite_context_logits(
     return jax.vmap(one)(flat).reshape(*context.shape[:-1], params.d)
 
 
+def variant_counted_logits(
+    params: VariantParams, query: Int[Array, " b"], counts: Float[Array, "b d"]
+) -> Float[Array, "d b"]:
+    r"""The finite-context logits of a **one-layer** variant from token counts.
+
+    With one layer the last position's scores depend only on the key tokens,
+    so the softmax over the $s$ positions is a softmax over the $d$ tokens
+    weighted by their counts $n_k$ in the context: the population forward with
+    $\pi$ replaced by the counts (the same `_layer`). Equal to
+    [`variant_finite_context_logits`][] on the same sequences (tested). With
+    two layers the first layer's output at a position depends on the prefix
+    before it, not on the token alone, so this shortcut does not apply.
+    """
+    if params.model.layers != 1:
+        raise ValueError(
+            f"counted logits need a one-layer model, got layers = {params.model.layers}"
+        )
+    X = params.W0
+    Y, _ = _layer(params, 0, X[:, query], X, jnp.log(counts))
+    return params.W1 @ _normalise(params, Y)
+
+
 __all__ = [
     "MAX_LAYERS",
     "NORMS",

@@ -537,3 +537,196 @@ def test_save_and_load_rebuild_variant_params(tmp_path):
     for name in ("W0", "W1", "WQ", "WK", "WV", "gain", "bias"):
         assert np.array_equal(getattr(back.params, name), getattr(params, name))
     assert back.final_params.WV.shape == (1, 2, 3, 3)
+
+
+# --------------------------------------------------------------------------
+# Downstream of the flow: SGD, compare, theory, the command line.
+
+SGD_CHAIN = gf.chains.sticky(3, 0.6, 0.5, 0.05)
+SGD_KW = dict(width=2, context=8, batch_size=16, lr=0.1, t1=0.5, progress=False)
+
+
+@pytest.mark.parametrize("model", params_of(MODELS))
+def test_sgd_batch_loss_is_the_finite_context_loss(model):
+    """The training objective (counts for one layer, the causal forward for
+    two) equals gf.finite_context_loss on the same sequences."""
+    from gradflow._sgd_loss import batch_loss
+
+    chain = gf.chains.random(4, seed=2)
+    seqs = jnp.asarray(
+        sample_sequences(np.asarray(chain.P), np.asarray(chain.pi), 6, 9, seed=3),
+        jnp.int32,
+    )
+    p = random_variant(model, 4, 3, 0.6, 5)
+    a, b = float(batch_loss(p, seqs)), float(gf.finite_context_loss(p, seqs))
+    assert a == pytest.approx(b, rel=1e-12, abs=1e-14)
+
+
+def test_train_sgd_variant_settings_save_load_and_checkpoint(tmp_path):
+    model = gf.Model(heads=2, residual=True)
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = gf.train_sgd(
+        SGD_CHAIN, init_scale=0.1, model=model, checkpoint=ckpt, **SGD_KW
+    )
+    assert run.ok and type(run.params) is gf.VariantParams
+    assert run.params.model == model and run.settings["model"] == model.as_dict()
+    # the saved iterates are scored with the variant's population loss
+    for i in (0, len(run) - 1):
+        assert run.loss[i] == pytest.approx(
+            float(gf.population_loss(run.params[i], SGD_CHAIN)), rel=1e-12
+        )
+    assert run.loss[-1] < run.loss[0]
+    back = gf.load_sgd(run.save(tmp_path / "run.npz"))
+    assert back.params.model == model
+    for name in ("W0", "W1", "WQ", "WK"):
+        assert np.array_equal(getattr(back.params, name), getattr(run.params, name))
+    # the model is part of the checkpoint's fingerprint: refused before compiling
+    with pytest.raises(ValueError, match="different call.*model"):
+        gf.train_sgd(
+            SGD_CHAIN,
+            init_scale=0.1,
+            model=gf.Model(heads=2, value=True),
+            checkpoint=ckpt,
+            **SGD_KW,
+        )
+    # the same call returns the finished run bit for bit
+    again = gf.train_sgd(
+        SGD_CHAIN, init_scale=0.1, model=model, checkpoint=ckpt, **SGD_KW
+    )
+    assert np.array_equal(again.params.WQ, run.params.WQ)
+    with pytest.raises(ValueError, match="model = Model.*but params are for Model"):
+        gf.train_sgd(SGD_CHAIN, run.params[0], model=gf.Model(), **SGD_KW)
+
+
+def test_compare_variant_uses_every_parameter():
+    model = gf.Model(value=True, norm="rms")
+    p = gf.init_params(3, 2, 0.1, seed=1, model=model)
+    ts = np.array([0.0, 1.0, 2.0])
+
+    def fake(params, loss):
+        return gf.Trajectory(
+            ts=ts,
+            loss=np.asarray(loss),
+            grad_norm=np.ones(3),
+            params=params,
+            chain=SGD_CHAIN,
+            settings={"model": model.as_dict()},
+            stats={},
+        )
+
+    stack = jax.tree.map(lambda x: np.stack([np.asarray(x)] * 3), p)
+    moved = eqx_tree_at_gain(stack, 0.5)
+    flow, sgd = fake(stack, [1.1, 1.0, 0.9]), fake(moved, [1.1, 1.0, 0.95])
+    cmp = gf.compare(flow, sgd)
+    # only gain differs (by 0.5 in each of m = 2 entries)
+    norm = np.sqrt(sum(np.sum(np.asarray(v[0]) ** 2) for v in jax.tree.leaves(stack)))
+    np.testing.assert_allclose(cmp.param_distance, np.sqrt(2 * 0.25) / norm, rtol=1e-12)
+    minimal = fake(
+        jax.tree.map(
+            lambda x: np.stack([np.asarray(x)] * 3), gf.init_params(3, 2, 0.1)
+        ),
+        [1.1, 1.0, 0.9],
+    )
+    with pytest.raises(ValueError, match="model value\\+norm=rms but the SGD run"):
+        gf.compare(flow, minimal)
+
+
+def eqx_tree_at_gain(params, delta):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda q: q.gain, params, params.gain + delta)
+
+
+def test_theory_linearize_and_refine_a_variant():
+    from gradflow import theory
+
+    model = gf.Model(heads=2, value=True, residual=True, norm="layer")
+    chain = gf.chains.random(3, seed=3, concentration=0.7)
+    p = random_variant(model, 3, 2, 0.3, 1)
+    flat = theory.flatten_params(p)
+    back = theory.unflatten_params(flat, 2, 3, model)
+    assert back.model == model
+    assert np.array_equal(np.asarray(theory.flatten_params(back)), np.asarray(flat))
+    lin = gf.linearize(chain, p)
+    assert lin.method == "dense" and lin.gauge_rank == -1
+    assert lin.blocks == ("W0", "W1", "WQ", "WK", "WV", "gain", "bias")
+    np.testing.assert_allclose(lin.block_weights.sum(axis=1), 1.0, atol=1e-12)
+    assert lin.modes.WV.shape == (p.num_parameters, 1, 2, 2, 2)
+    top = gf.linearize(chain, p, method="lanczos", num_modes=2)
+    assert top.eigenvalues[0] == pytest.approx(lin.eigenvalues[0], rel=1e-8)
+    # at the origin: the Hessian's top rate is the sigma of docs/variants.md
+    origin = theory.origin_point(model, 3, 2)
+    assert gf.linearize(chain, origin).unstable_rate == pytest.approx(
+        theory_rate(model, chain, 2), rel=1e-9
+    )
+    # refinement from near the origin finds the origin (a saddle)
+    near = jax.tree.map(lambda x, y: x + 1e-4 * y, origin, p)
+    point, converged = theory.refine_critical_point(chain, near)
+    assert converged and type(point) is gf.VariantParams
+    assert theory.classify(gf.linearize(chain, point), chain) == "saddle"
+    with pytest.raises(ValueError, match="mode_focus_token is derived for the minimal"):
+        theory.mode_focus_token(chain, p, lin)
+
+
+@pytest.mark.slow
+def test_theory_report_of_a_variant_flow():
+    """The rows that hold for every model (docs/variants.md): the Hessian's
+    escape rate at the origin and at each saddle against the measured slopes."""
+    chain = gf.chains.sticky(3, 0.6, 0.5, 0.05)
+    traj = gf.integrate(
+        chain, 1e-3, width=2, t1=300, model=gf.Model(heads=2), progress=False
+    )
+    rows = {r["quantity"]: r for r in gf.theory_report(traj)}
+    assert "origin escape rate" not in rows  # the minimal model's closed form
+    origin = rows["origin escape rate (Hessian at the origin)"]
+    assert origin["predicted"] == pytest.approx(
+        theory_rate(gf.Model(heads=2), chain, 2), rel=1e-9
+    )
+    assert origin["rel_error"] < 0.02
+    assert rows["unigram plateau loss"]["rel_error"] < 1e-8
+    escapes = [r for q, r in rows.items() if q.endswith("escape rate") and "L=" in q]
+    assert escapes and all(r["rel_error"] < 0.02 for r in escapes)
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--heads", "0"], "--heads must be an integer >= 1, got '0'"),
+        (["--heads", "two"], "--heads must be an integer >= 1, got 'two'"),
+        (["--layers", "3"], "--layers must be an integer 1 or 2, got '3'"),
+        (["--norm", "batch"], "--norm must be one of none, rms, layer, got 'batch'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "sgd"])
+def test_cli_model_flags_bad_values(command, flags, match, capsys):
+    from gradflow.cli import main
+
+    assert main([command, *flags, "--t1", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err
+
+
+def test_cli_model_flags_parse():
+    from gradflow._cli_sgd import model_from_args
+    from gradflow.cli import build_parser
+
+    flags = "--heads 2 --layers 2 --value --residual --norm rms".split()
+    for command in ("run", "sgd"):
+        args = build_parser().parse_args([command, *flags])
+        assert model_from_args(args) == gf.Model(
+            heads=2, layers=2, value=True, residual=True, norm="rms"
+        )
+        assert model_from_args(build_parser().parse_args([command])) == gf.Model()
+
+
+@pytest.mark.slow
+def test_cli_run_full_combination(tmp_path):
+    from gradflow.cli import main
+
+    out = tmp_path / "run"
+    argv = "run --heads 2 --layers 2 --value --residual --norm rms --d 3 --width 2"
+    argv += f" --t1 20 --saves 40 --no-figures --no-progress --out {out}"
+    assert main(argv.split()) == 0
+    traj = gf.load(out / "trajectory.npz")
+    model = gf.Model(heads=2, layers=2, value=True, residual=True, norm="rms")
+    assert traj.params.model == model and traj.ok

@@ -40,6 +40,7 @@ from ._linearize import (
     flatten_params as flatten_params,
     lanczos as lanczos,
     linearize as linearize,
+    param_shapes as param_shapes,
     unflatten_params as unflatten_params,
 )
 from ._predictions import (
@@ -53,6 +54,7 @@ from ._predictions import (
 from ._report import (
     flank_rate as flank_rate,
     format_report as format_report,
+    origin_point as origin_point,
     theory_report as theory_report,
 )
 
@@ -72,7 +74,9 @@ __all__ = [
     "linearize",
     "mode_focus_token",
     "origin_escape_offset",
+    "origin_point",
     "origin_rate",
+    "param_shapes",
     "plateaus",
     "refine_critical_point",
     "subspace_overlap",

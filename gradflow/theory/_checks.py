@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._chain import MarkovChain
-from .._custom_types import PARAM_NAMES
-from .._model import Params
+from .._model import AnyParams, Params, param_arrays
 from .._trajectory import Trajectory
 from .._validate import check_finite_entries, is_number, show
+from .._variants import VariantParams
 
 
 def check_chain(chain) -> MarkovChain:
@@ -22,19 +22,26 @@ def check_chain(chain) -> MarkovChain:
     return chain
 
 
-def check_point(params, chain: MarkovChain) -> Params:
-    if not isinstance(params, Params):
+# Dimensions of one point (no time axis) of each parameter.
+_NDIM = {"W0": 2, "W1": 2, "WQ": 2, "WK": 2}
+_VARIANT_NDIM = {"W0": 2, "W1": 2, "WQ": 4, "WK": 4, "WV": 4, "gain": 1, "bias": 1}
+
+
+def check_point(params, chain: MarkovChain) -> AnyParams:
+    if not isinstance(params, (Params, VariantParams)):
         raise TypeError(
-            f"params must be a gradflow.Params, got {type(params).__name__}"
+            "params must be a gradflow.Params or gradflow.VariantParams, got "
+            f"{type(params).__name__}"
         )
-    for name in PARAM_NAMES:
-        if np.ndim(getattr(params, name)) != 2:
+    ndims = _NDIM if isinstance(params, Params) else _VARIANT_NDIM
+    for name, value in param_arrays(params).items():
+        if np.ndim(value) != ndims[name]:
             raise ValueError(
-                f"params.{name} must be 2-dimensional (one point, no time axis), got "
-                f"shape {np.shape(getattr(params, name))}; index a trajectory's params "
+                f"params.{name} must be {ndims[name]}-dimensional (one point, no time "
+                f"axis), got shape {np.shape(value)}; index a trajectory's params "
                 "as traj.params[i]"
             )
-        check_finite_entries(f"params.{name}", getattr(params, name))
+        check_finite_entries(f"params.{name}", value)
     if params.d != chain.d:
         raise ValueError(
             f"params are for d = {params.d} tokens but the chain has d = {chain.d}"

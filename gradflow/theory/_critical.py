@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._chain import MarkovChain
-from .._model import Params
+from .._model import AnyParams
 from .._trajectory import Trajectory
 from ._checks import (
     check_chain,
@@ -25,6 +25,7 @@ from ._linearize import (
     flat_hessian,
     flatten_params,
     linearize,
+    static_model,
     unflatten_params,
 )
 
@@ -39,12 +40,12 @@ DEFAULT_PLATEAU_THRESHOLD = 1e-2
 
 def refine_critical_point(
     chain: MarkovChain,
-    params: Params,
+    params: AnyParams,
     *,
     max_steps: int = 200,
     gtol: float = 1e-13,
     max_parameters: int = 5000,
-) -> tuple[Params, bool]:
+) -> tuple[AnyParams, bool]:
     r"""Moves `params` to a nearby critical point, $\nabla L = 0$.
 
     Minimises $|\nabla L|^2$ by Levenberg-Marquardt: the residual is
@@ -70,22 +71,22 @@ def refine_critical_point(
             f"refinement forms the dense Hessian; the model has "
             f"{params.num_parameters} parameters > max_parameters = {max_parameters}"
         )
-    m, d = params.m, params.d
+    m, d, model = params.m, params.d, static_model(params)
     x = np.asarray(flatten_params(params))
-    g = np.asarray(flat_grad(jnp.asarray(x), chain, m, d))
+    g = np.asarray(flat_grad(jnp.asarray(x), chain, m, d, model=model))
     gnorm = float(np.linalg.norm(g))
     mu = None
     for _ in range(max_steps):
         if gnorm < gtol:
             break
-        H = np.asarray(flat_hessian(jnp.asarray(x), chain, m, d))
+        H = np.asarray(flat_hessian(jnp.asarray(x), chain, m, d, model=model))
         lam, V = np.linalg.eigh(0.5 * (H + H.T))
         if mu is None:
             mu = 1e-6 * float(np.max(lam**2))
         c = V.T @ g
         while True:
             x_new = x - V @ (lam * c / (lam**2 + mu))
-            g_new = np.asarray(flat_grad(jnp.asarray(x_new), chain, m, d))
+            g_new = np.asarray(flat_grad(jnp.asarray(x_new), chain, m, d, model=model))
             n_new = float(np.linalg.norm(g_new))
             if np.isfinite(n_new) and n_new < gnorm:
                 x, g, gnorm = x_new, g_new, n_new
@@ -96,7 +97,7 @@ def refine_critical_point(
                 break
         if mu > 1e30:
             break
-    return unflatten_params(jnp.asarray(x), m, d), bool(gnorm < 1e-10)
+    return unflatten_params(jnp.asarray(x), m, d, model), bool(gnorm < 1e-10)
 
 
 class CriticalPoint(eqx.Module):
@@ -117,7 +118,7 @@ class CriticalPoint(eqx.Module):
     index: int
     loss: float
     grad_norm: float
-    params: Params
+    params: AnyParams
     distance: float
     linearization: Linearization
     kind: str
@@ -145,12 +146,18 @@ def classify(lin: Linearization, chain: MarkovChain | None = None) -> str:
     `"minimum"` if none does and either the loss equals the chain's
     conditional entropy (a global minimum: $L$ never goes below it) or no more
     eigenvalues are zero than the loss's symmetries explain; otherwise
-    `"degenerate"` (the Hessian cannot tell: higher orders decide)."""
+    `"degenerate"` (the Hessian cannot tell: higher orders decide).
+
+    Where the symmetries are not counted (`gauge_rank = -1`: Lanczos, or a
+    model variant, whose symmetry group is not derived) a point with no
+    unstable eigenvalue above the floor is `"minimum"` in the sense of
+    second-order stationary: zero eigenvalues beyond the symmetries cannot be
+    told apart there."""
     if lin.num_unstable > 0:
         return "saddle"
     if chain is not None and lin.loss <= float(chain.conditional_entropy) + 1e-9:
         return "minimum"
-    if lin.method == "dense" and lin.num_flat > lin.gauge_rank:
+    if lin.method == "dense" and lin.gauge_rank >= 0 and lin.num_flat > lin.gauge_rank:
         return "degenerate"
     return "minimum"
 

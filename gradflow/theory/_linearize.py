@@ -8,7 +8,8 @@ import numpy as np
 
 from .._chain import MarkovChain
 from .._custom_types import PARAM_NAMES
-from .._model import Params, population_loss
+from .._model import AnyParams, Params, model_of, param_arrays, population_loss
+from .._variants import Model, VariantParams
 from ._checks import check_chain, check_method, check_point, check_rel_tol
 
 
@@ -21,47 +22,82 @@ DEFAULT_REL_TOL = 1e-6
 # ---------------------------------------------------------------------------
 
 
-def flatten_params(params: Params) -> jax.Array:
-    """The parameters as one vector, in the order `W0, W1, WQ, WK`."""
-    return jnp.concatenate([jnp.ravel(getattr(params, n)) for n in PARAM_NAMES])
+def flatten_params(params: AnyParams) -> jax.Array:
+    """The parameters as one vector, in the order `W0, W1, WQ, WK` (then a
+    variant's `WV`, `gain`, `bias`, those that are present)."""
+    return jnp.concatenate([jnp.ravel(v) for v in param_arrays(params).values()])
 
 
-def unflatten_params(x: jax.Array, m: int, d: int) -> Params:
-    """The inverse of `flatten_params` for a model of width `m` on `d` tokens."""
-    sizes = (m * d, d * m, m * m, m * m)
-    shapes = ((m, d), (d, m), (m, m), (m, m))
-    parts, start = [], 0
-    for size, shape in zip(sizes, shapes, strict=True):
-        parts.append(jnp.reshape(x[start : start + size], shape))
+def param_shapes(m: int, d: int, model: Model | None = None) -> dict[str, tuple]:
+    """`{name: shape}` of one point of `model` (default: the minimal one), in
+    the order of [`flatten_params`][gradflow.theory.flatten_params]."""
+    model = Model() if model is None else model
+    if model.minimal:
+        return dict(zip(PARAM_NAMES, ((m, d), (d, m), (m, m), (m, m)), strict=True))
+    lh = (model.layers, model.heads)
+    shapes = {"W0": (m, d), "W1": (d, m), "WQ": (*lh, m, m), "WK": (*lh, m, m)}
+    if model.value:
+        shapes["WV"] = (*lh, m, m)
+    if model.norm is not None:
+        shapes["gain"] = (m,)
+    if model.norm == "layer":
+        shapes["bias"] = (m,)
+    return shapes
+
+
+def unflatten_params(
+    x: jax.Array, m: int, d: int, model: Model | None = None
+) -> AnyParams:
+    """The inverse of `flatten_params` for a model of width `m` on `d` tokens
+    (`model`: a [`gradflow.Model`][]; default the minimal one)."""
+    shapes = param_shapes(m, d, model)
+    parts, start = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        parts[name] = jnp.reshape(x[start : start + size], shape)
         start += size
-    return Params(*parts)
+    if model is None or model.minimal:
+        return Params(*parts.values())
+    return VariantParams(**parts, model=model)
 
 
-# `m` and `d` are Python ints, hence static under `eqx.filter_jit`: one
-# compilation per model size, not per call.
+# `m`, `d` (Python ints) and `model` (a Module without arrays) are static under
+# `eqx.filter_jit`: one compilation per model and size, not per call.
 @eqx.filter_jit
-def flat_grad(x, chain, m: int, d: int):
-    return flatten_params(jax.grad(population_loss)(unflatten_params(x, m, d), chain))
+def flat_grad(x, chain, m: int, d: int, *, model: Model | None = None):
+    return flatten_params(
+        jax.grad(population_loss)(unflatten_params(x, m, d, model), chain)
+    )
 
 
 @eqx.filter_jit
-def flat_hessian(x, chain, m: int, d: int):
-    return jax.hessian(lambda y: population_loss(unflatten_params(y, m, d), chain))(x)
+def flat_hessian(x, chain, m: int, d: int, *, model: Model | None = None):
+    return jax.hessian(
+        lambda y: population_loss(unflatten_params(y, m, d, model), chain)
+    )(x)
 
 
 @eqx.filter_jit
-def flat_hvp(x, chain, m: int, d: int, vector):
+def flat_hvp(x, chain, m: int, d: int, vector, *, model: Model | None = None):
     def grad(y):
         return flatten_params(
-            jax.grad(population_loss)(unflatten_params(y, m, d), chain)
+            jax.grad(population_loss)(unflatten_params(y, m, d, model), chain)
         )
 
     return jax.jvp(grad, (x,), (vector,))[1]
 
 
-def _block_weights(vectors: np.ndarray, params: Params) -> np.ndarray:
-    """Share of each eigenvector's squared norm in `W0, W1, WQ, WK`."""
-    sizes = [int(np.size(getattr(params, n))) for n in PARAM_NAMES]
+def static_model(params: AnyParams) -> Model | None:
+    """`None` for the minimal model (its compiled functions are today's), else
+    the variant's [`gradflow.Model`][]."""
+    model = model_of(params)
+    return None if model.minimal else model
+
+
+def _block_weights(vectors: np.ndarray, params: AnyParams) -> np.ndarray:
+    """Share of each eigenvector's squared norm in `W0, W1, WQ, WK` (and a
+    variant's `WV`, `gain`, `bias`)."""
+    sizes = [int(np.size(v)) for v in param_arrays(params).values()]
     edges = np.cumsum([0] + sizes)
     sq = vectors**2
     return np.stack(
@@ -69,14 +105,18 @@ def _block_weights(vectors: np.ndarray, params: Params) -> np.ndarray:
     )
 
 
-def _gauge_rank(params: Params) -> int:
-    r"""Dimension of the orbit of the loss's continuous symmetries at `params`.
+def _gauge_rank(params: AnyParams) -> int:
+    r"""Dimension of the orbit of the loss's continuous symmetries at `params`
+    (-1 for a variant: its symmetry group is not derived, see
+    `docs/variants.md`).
 
     $L$ is invariant under $W_0 \to GW_0$, $(W_1, W_Q, W_K) \to (W_1, W_Q,
     W_K)G^{-1}$ and under $(W_Q, W_K) \to (MW_Q, M^{-\top}W_K)$; each tangent
     direction of these orbits is a zero eigenvalue of the Hessian at a
     critical point. Zero eigenvalues beyond this count are real degeneracy.
     """
+    if not isinstance(params, Params):
+        return -1
     W0, W1, WQ, WK = (np.asarray(getattr(params, n)) for n in PARAM_NAMES)
     m = W0.shape[0]
     tangents = []
@@ -175,24 +215,29 @@ class Linearization(eqx.Module):
     - `eigenvalues`: eigenvalues of the flow's Jacobian $-\nabla^2 L$, in
       descending order (all of them for `method="dense"`, the `num_modes`
       largest for `"lanczos"`). A positive one is a growth rate.
-    - `modes`: the unit eigenvectors as a [`gradflow.Params`][] with a leading
-      axis (one mode per eigenvalue).
-    - `block_weights`: shape `(k, 4)`, the share of each mode's squared norm
-      in `W0, W1, WQ, WK` (rows sum to 1).
+    - `modes`: the unit eigenvectors as a [`gradflow.Params`][] (a variant's
+      [`gradflow.VariantParams`][]) with a leading axis (one mode per
+      eigenvalue).
+    - `block_weights`: shape `(k, len(blocks))`, the share of each mode's
+      squared norm in each parameter of `blocks` (rows sum to 1).
+    - `blocks`: the parameter names of the columns of `block_weights`:
+      `("W0", "W1", "WQ", "WK")`, then a variant's `WV`, `gain`, `bias`.
     - `loss`, `grad_norm`: $L$ and $|\nabla L|$ at the point.
     - `method`: `"dense"` or `"lanczos"`; `tol`: the absolute tolerance below
       which an eigenvalue counts as zero; `gauge_rank`: the number of zero
-      eigenvalues that the loss's symmetries explain (dense only, else -1).
+      eigenvalues that the loss's symmetries explain (dense and minimal
+      model only, else -1).
     """
 
     eigenvalues: np.ndarray
-    modes: Params
+    modes: AnyParams
     block_weights: np.ndarray
     loss: float
     grad_norm: float
     method: str = eqx.field(static=True)
     tol: float
     gauge_rank: int
+    blocks: tuple[str, ...] = eqx.field(static=True, default=PARAM_NAMES)
 
     @property
     def unstable_rate(self) -> float:
@@ -210,7 +255,7 @@ class Linearization(eqx.Module):
         return int(np.sum(np.abs(self.eigenvalues) <= self.tol))
 
     @property
-    def unstable_modes(self) -> Params:
+    def unstable_modes(self) -> AnyParams:
         """The modes with eigenvalue above `tol` (leading axis)."""
         return self.modes[: self.num_unstable]
 
@@ -227,7 +272,7 @@ class Linearization(eqx.Module):
 
 def linearize(
     chain: MarkovChain,
-    params: Params,
+    params: AnyParams,
     *,
     method: str = "auto",
     num_modes: int | None = None,
@@ -240,7 +285,10 @@ def linearize(
 
     **Arguments:**
 
-    - `chain`, `params`: the point (one point, no time axis).
+    - `chain`, `params`: the point (one point, no time axis): a
+      [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
+      (the spectrum is of that model's loss; `gauge_rank` is -1 for a
+      variant).
     - `method`: `"dense"` (`jax.hessian` and `eigh`), `"lanczos"` (matrix-free
       Lanczos on Hessian-vector products, `jax.jvp` of `jax.grad`), or
       `"auto"`: dense when the number of parameters is at most `max_dense`.
@@ -279,12 +327,12 @@ def linearize(
             raise ValueError(
                 f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
             )
-    m, d = params.m, params.d
+    m, d, model = params.m, params.d, static_model(params)
     flat = flatten_params(params)
-    grad = np.asarray(flat_grad(flat, chain, m, d))
+    grad = np.asarray(flat_grad(flat, chain, m, d, model=model))
     loss = float(population_loss(params, chain))
     if method == "dense":
-        H = np.asarray(flat_hessian(flat, chain, m, d))
+        H = np.asarray(flat_hessian(flat, chain, m, d, model=model))
         H = 0.5 * (H + H.T)
         values, vectors = np.linalg.eigh(-H)
         order = np.argsort(values)[::-1]
@@ -293,13 +341,13 @@ def linearize(
     else:
 
         def matvec(v):
-            return -np.asarray(flat_hvp(flat, chain, m, d, jnp.asarray(v)))
+            return -np.asarray(flat_hvp(flat, chain, m, d, jnp.asarray(v), model=model))
 
         values, vectors = lanczos(matvec, n, iters, seed)
         values, vectors = values[:k], vectors[:k]
         gauge = -1
     scale = float(np.max(np.abs(values))) if values.size else 0.0
-    modes = jax.vmap(lambda v: unflatten_params(v, m, d))(jnp.asarray(vectors))
+    modes = jax.vmap(lambda v: unflatten_params(v, m, d, model))(jnp.asarray(vectors))
     return Linearization(
         eigenvalues=values,
         modes=modes,
@@ -309,6 +357,7 @@ def linearize(
         method=method,
         tol=tol * scale,
         gauge_rank=gauge,
+        blocks=tuple(param_arrays(params)),
     )
 
 
@@ -322,5 +371,7 @@ __all__ = [
     "flatten_params",
     "lanczos",
     "linearize",
+    "param_shapes",
+    "static_model",
     "unflatten_params",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 import optimistix as optx
 
 from .._chain import MarkovChain
-from .._model import Params
+from .._model import AnyParams, Params
 from .._validate import is_integer
 from ._checks import check_chain
 from ._linearize import Linearization
@@ -19,6 +19,14 @@ from ._linearize import Linearization
 # ---------------------------------------------------------------------------
 # Closed-form predictions
 # ---------------------------------------------------------------------------
+
+
+def _minimal_only(name: str, params) -> None:
+    if not isinstance(params, Params):
+        raise ValueError(
+            f"{name} is derived for the minimal model (gradflow.Params) only, got "
+            f"{type(params).__name__} of model {getattr(params, 'model', '?')}"
+        )
 
 
 def origin_rate(chain: MarkovChain) -> float:
@@ -146,8 +154,10 @@ def origin_escape_offset(chain: MarkovChain, level: float | None = None) -> floa
     return T + math.log(math.sqrt(2) * eps) / sigma
 
 
-def unstable_amplitude(chain: MarkovChain, params: Params) -> float:
-    r"""$|g_0| = |W_0\hat p + W_1^\top\hat u|/\sqrt 2$ at `params`."""
+def unstable_amplitude(chain: MarkovChain, params: AnyParams) -> float:
+    r"""$|g_0| = |W_0\hat p + W_1^\top\hat u|/\sqrt 2$ at `params` (the
+    minimal model's unstable mode at the origin)."""
+    _minimal_only("unstable_amplitude", params)
     pi = np.asarray(chain.pi)
     u = pi - 1.0 / pi.size
     x = np.asarray(params.W0) @ (pi / np.linalg.norm(pi))
@@ -155,7 +165,7 @@ def unstable_amplitude(chain: MarkovChain, params: Params) -> float:
     return float(np.linalg.norm(x + y) / math.sqrt(2))
 
 
-def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> int:
+def mode_focus_token(chain: MarkovChain, params: AnyParams, lin: Linearization) -> int:
     r"""The key token that the top unstable mode's attention scores favour.
 
     Along the mode the scores become $S = (\delta W_Q E)^\top(\delta W_K E)$
@@ -165,6 +175,7 @@ def mode_focus_token(chain: MarkovChain, params: Params, lin: Linearization) -> 
     its prior weight $\pi_k$ rises most. (The absolute mass gain
     $\pi_k(S_{ik} - \bar S_i)$ can peak elsewhere when the scores favour rare
     tokens.)"""
+    _minimal_only("mode_focus_token", params)
     mode = lin.modes[0]
     E = jnp.asarray(params.W0)
     S = (mode.WQ @ E).T @ (mode.WK @ E)

@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._model import attention
+from .._model import Params, attention, model_of
 from .._trajectory import Trajectory
+from .._variants import Model, VariantParams
 from ._checks import check_trajectory
 from ._critical import DEFAULT_PLATEAU_THRESHOLD, CriticalPoint, critical_points
 from ._linearize import linearize
@@ -289,6 +290,67 @@ def _later_rows(
     return rows
 
 
+def origin_point(model: Model, d: int, m: int):
+    r"""The origin of a model: every matrix 0, a normalisation's `gain` 1 and
+    `bias` 0 (a critical point with $L = \log d$ for every variant)."""
+    if model.minimal:
+        return Params(*(jnp.zeros(s) for s in ((m, d), (d, m), (m, m), (m, m))))
+    lh = (model.layers, model.heads)
+    return VariantParams(
+        W0=jnp.zeros((m, d)),
+        W1=jnp.zeros((d, m)),
+        WQ=jnp.zeros((*lh, m, m)),
+        WK=jnp.zeros((*lh, m, m)),
+        WV=jnp.zeros((*lh, m, m)) if model.value else None,
+        gain=jnp.ones(m) if model.norm is not None else None,
+        bias=jnp.zeros(m) if model.norm == "layer" else None,
+        model=model,
+    )
+
+
+def _variant_rows(
+    traj: Trajectory, points: list[CriticalPoint]
+) -> list[dict[str, Any]]:
+    """The rows that apply to every model variant: the escape rate from the
+    origin predicted by the Hessian there (not the minimal model's closed
+    form), the unigram plateau's loss, and each saddle's escape rate."""
+    chain = traj.chain
+    model = model_of(traj.params)
+    P = traj.params
+    ts = np.asarray(traj.ts)
+    rows: list[dict[str, Any]] = []
+    origin = origin_point(model, chain.d, P.m)
+    lin0 = linearize(chain, origin)
+    if model.norm is None and lin0.num_unstable > 0:
+        s0 = np.linalg.svd(np.asarray(P.W0), compute_uv=False)[:, 0]
+        s1 = np.linalg.svd(np.asarray(P.W1), compute_uv=False)[:, 0]
+        growth = np.sqrt(s0 * s1)
+        rate, t_lo, t_hi, n = _fit_rate(ts, growth, 10 * growth[0], 0.1)
+        if n >= 3:
+            rows.append(
+                _row(
+                    "origin escape rate (Hessian at the origin)",
+                    lin0.unstable_rate,
+                    rate,
+                    f"fit of log sqrt(s1(W0) s1(W1)) on t in [{t_lo:.4g}, "
+                    f"{t_hi:.4g}], {n} saves",
+                )
+            )
+    H_pi = float(chain.unigram_entropy)
+    for cp in points:
+        if abs(cp.loss - H_pi) <= 1e-6 * max(1.0, H_pi):
+            rows.append(
+                _row(
+                    "unigram plateau loss",
+                    H_pi,
+                    cp.loss,
+                    f"refined point near t = {cp.t:.4g}",
+                )
+            )
+            break
+    return rows + _later_rows(traj, points, list(range(len(points))))
+
+
 def theory_report(
     traj: Trajectory,
     *,
@@ -323,10 +385,22 @@ def theory_report(
 
     Rows whose measurement is impossible on this trajectory (too short, no
     such plateau) are left out.
+
+    For a model variant ([`gradflow.Model`][] other than the minimal one) the
+    closed forms above (the origin's $\sigma = |\pi - 1/d||\pi|$ and escape
+    time, the alignments with $\pi$, the unigram point, the focus rate and
+    token) are the minimal model's and are not reported. The rows are the
+    ones that hold for every model: `origin escape rate (Hessian at the
+    origin)` (the top eigenvalue of $-\nabla^2 L$ at the origin against the
+    same fit, when there is a linear regime and no normalisation, whose linear
+    regime ends at $|x|^2/m \approx \epsilon$), `unigram plateau loss`, and
+    every saddle's escape rate (`docs/variants.md`).
     """
     traj = check_trajectory(traj)
     if points is None:
         points = critical_points(traj, threshold=threshold)
+    if not model_of(traj.params).minimal:
+        return _variant_rows(traj, points)
     rows = _origin_rows(traj)
     H_pi = float(traj.chain.unigram_entropy)
     unigram = [
@@ -357,6 +431,7 @@ def format_report(rows: list[dict[str, Any]]) -> str:
 
 __all__ = [
     "flank_rate",
+    "origin_point",
     "format_report",
     "theory_report",
 ]
