@@ -5,7 +5,6 @@ Importing gradflow turns on JAX's float64 mode (`jax_enable_x64`): saddle
 escapes grow from components of size `init_scale`, which float32 resolves badly.
 """
 
-
 import jax
 
 
