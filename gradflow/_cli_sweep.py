@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._cli_sgd import add_model_arguments, model_from_args
+
 
 # Each family's parameters, in the order their grids are crossed, with their
 # defaults and whether they are integers.
@@ -123,6 +125,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-figures", action="store_true")
+    add_model_arguments(p)
     p.add_argument("--out", type=Path, default=Path("gradflow_sweep"))
     p.set_defaults(func=run)
 
@@ -184,6 +187,7 @@ def _figures(sw, out: Path, labels: dict, n_scales: int, n_seeds: int) -> list[P
 def run(args) -> int:
     try:
         ds, grid, scales, widths, seeds = _grids(args)
+        model = model_from_args(args)
     except ValueError as e:
         print(f"gradflow sweep: error: {e}", file=sys.stderr)
         return 2
@@ -219,6 +223,7 @@ def run(args) -> int:
                 stages=not args.no_stages,
                 progress=not args.no_progress,
                 checkpoint=out / "sweep.ckpt.npz" if args.checkpoint else None,
+                model=model,
             )
         except (TypeError, ValueError) as e:
             print(f"gradflow sweep: error: {e}", file=sys.stderr)

@@ -59,11 +59,12 @@ from ._integrate import (
     solve_spec,
 )
 from ._loop import Crossing, Driven, init_state
-from ._model import Params, _check_init_scale, _check_seed
+from ._model import AnyParams, Params, _check_init_scale, _check_seed, param_arrays
 from ._observe import Observer
 from ._progress import host_progress
 from ._records import EventRecord
 from ._sweep_result import RESERVED_COLUMNS, Member, Sweep
+from ._variants import Model, VariantParams
 from ._watch import WatchState, empty_buffer
 
 
@@ -192,22 +193,22 @@ def _check_devices(devices) -> tuple:
 
 def _check_param_batch(params, d: int) -> int:
     """The number of starting points in a batch of `params` (leading axis)."""
-    if not isinstance(params, Params):
+    if not isinstance(params, (Params, VariantParams)):
         raise TypeError(
-            "params must be a gradflow.Params with a leading member axis, got "
-            f"{type(params).__name__}"
+            "params must be a gradflow.Params or gradflow.VariantParams with a "
+            f"leading member axis, got {type(params).__name__}"
         )
-    shapes = {n: np.shape(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")}
-    for n, s in shapes.items():
-        if len(s) != 3:
-            raise ValueError(
-                f"params.{n} must be 3-dimensional (members, ...), got shape {s}; "
-                "give one starting point to gf.integrate, or stack starting points"
-            )
-    sizes = {s[0] for s in shapes.values()}
+    shapes = {n: np.shape(v) for n, v in param_arrays(params).items()}
+    if len(shapes["W0"]) != 3:
+        raise ValueError(
+            f"params.W0 must be 3-dimensional (members, ...), got shape "
+            f"{shapes['W0']}; give one starting point to gf.integrate, or stack "
+            "starting points"
+        )
+    sizes = {s[0] if s else None for s in shapes.values()}
     if len(sizes) != 1:
         raise ValueError(
-            f"params' leading (member) axes differ: {', '.join(f'{n}: {s[0]}' for n, s in shapes.items())}"
+            f"params' leading (member) axes differ: {', '.join(f'{n}: {s[0] if s else None}' for n, s in shapes.items())}"
         )
     n = sizes.pop()
     if n < 1:
@@ -306,7 +307,7 @@ def sweep(
     chains: MarkovChain | Sequence[MarkovChain],
     *,
     init_scale: float | Sequence[float] | None = None,
-    params: Params | None = None,
+    params: AnyParams | None = None,
     seeds: int | Sequence[int] = 0,
     width: int = 16,
     t1: float = DEFAULT_T1,
@@ -325,6 +326,7 @@ def sweep(
     save_attention: bool | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
+    model: Model | None = None,
 ) -> Sweep:
     r"""Integrates many gradient flows in one call (SPEC section 10).
 
@@ -353,8 +355,9 @@ def sweep(
       `init_scale` and `seeds`).
     - `seeds`: an int (one seed) or a sequence of seeds, e.g. `range(8)`.
     - `width`, `t1`, `ts`, `solver`, `rtol`, `atol`, `max_steps`, `dtype`,
-      `stages`, `events`, `thresholds`, `save_attention`: as for
-      [`gradflow.integrate`][], for every member.
+      `stages`, `events`, `thresholds`, `save_attention`, `model`: as for
+      [`gradflow.integrate`][], for every member (`model`: a
+      [`gradflow.Model`][], one for the whole sweep; `params` carry theirs).
     - `devices`: the devices to shard the members over (default: all of
       `jax.devices()`, every host's after `jax.distributed.initialize()`).
     - `labels`: names for the chain axis, e.g. `{"delta": deltas}` (one value
@@ -437,6 +440,7 @@ def sweep(
                 chains[c], init_scale=scale, params=point, width=width, t1=t1,
                 ts=ts, seed=0 if seed is None else seed, solver=solver,
                 rtol=rtol, atol=atol, max_steps=max_steps, dtype=dtype,
+                model=model,
             )  # fmt: skip
         except (TypeError, ValueError) as e:
             if i == 0:

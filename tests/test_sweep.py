@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -213,3 +214,21 @@ def test_bad_input(kwargs, error, match):
     chains_ = call.pop("chains")
     with pytest.raises(error, match=match):
         gf.sweep(chains_, **call)
+
+
+def test_sweep_of_a_model_variant():
+    """`model=` makes every member a variant; members equal their solo runs,
+    and a batch of variant starting points (`params=`) gives the same sweep."""
+    model = gf.Model(heads=2, value=True)
+    chain = gf.chains.sticky(3, 0.5, 0.5, 0.05)
+    kw = dict(width=2, t1=200.0, ts=np.linspace(0.0, 200.0, 9), progress=False)
+    sw = gf.sweep(chain, init_scale=0.1, seeds=[0, 1], model=model, **kw)
+    assert sw.ok.all() and sw[0].settings["model"] == model.as_dict()
+    solo = gf.integrate(chain, 0.1, seed=1, model=model, **kw)
+    np.testing.assert_allclose(sw[1].loss, solo.loss, rtol=1e-10, atol=0)
+    starts = [gf.init_params(3, 2, 0.1, s, model=model) for s in (0, 1)]
+    batch = jax.tree.map(lambda *x: np.stack(x), *starts)
+    given = gf.sweep(chain, params=batch, **kw)
+    np.testing.assert_allclose(given.loss, sw.loss, rtol=1e-10, atol=0)
+    with pytest.raises(ValueError, match="params are for"):
+        gf.sweep(chain, params=batch, model=gf.Model(heads=3), **kw)

@@ -697,11 +697,12 @@ def test_theory_report_of_a_variant_flow():
         (["--norm", "batch"], "--norm must be one of none, rms, layer, got 'batch'"),
     ],
 )
-@pytest.mark.parametrize("command", ["run", "sgd"])
-def test_cli_model_flags_bad_values(command, flags, match, capsys):
+@pytest.mark.parametrize("command", ["run", "sgd", "sweep"])
+def test_cli_model_flags_bad_values(command, flags, match, capsys, tmp_path):
     from gradflow.cli import main
 
-    assert main([command, *flags, "--t1", "1"]) == 2
+    out = ["--out", str(tmp_path / "out")] if command == "sweep" else []
+    assert main([command, *flags, "--t1", "1", *out]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
 
