@@ -618,6 +618,14 @@ class TokenStream(eqx.Module):
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
+    def with_smoothing(self, smoothing: float | str) -> "TokenStream":
+        """The same ids with the bigram chain re-estimated at another
+        `smoothing` (`"auto"` or a pseudo-count per entry; see
+        [`gradflow.text.encode`][])."""
+        return _smoothed_stream(
+            self.ids, self.chain.tokens or (), _check_smoothing(smoothing), self.source
+        )
+
     def __repr__(self) -> str:
         return (
             f"TokenStream({len(self)} tokens, d={self.d}, from {self.source}; "

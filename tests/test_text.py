@@ -63,6 +63,8 @@ def test_auto_smoothing_is_one_percent_of_the_counts():
         laplace = gf.text.encode(corpus, 1024, smoothing=1)
     assert laplace.smoothing_fraction > 0.9 and laplace.pi_distance > 0.3
     auto = gf.text.encode(corpus, 1024)
+    again = laplace.with_smoothing("auto")
+    np.testing.assert_array_equal(np.asarray(again.chain.P), np.asarray(auto.chain.P))
     n = len(auto) - 1
     assert auto.smoothing == pytest.approx(0.01 / 0.99 * n / 1024**2, rel=1e-12)
     assert auto.smoothing_fraction == pytest.approx(0.01, rel=1e-9)
