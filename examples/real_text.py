@@ -257,7 +257,7 @@ def report(paths):
     for path in paths:
         saved = json.loads(Path(path).read_text())
         for r in saved["runs"]:
-            if "H_start" in r:
+            if "smoothing" in r:
                 runs.append((saved["settings"], r))
     rows = [
         "| level | d | most frequent (pi) | <other> pi (rank) | t1 reached | "
@@ -267,6 +267,17 @@ def report(paths):
         "|" + " --- |" * 17,
     ]
     for settings, r in runs:
+        if "H_start" not in r:
+            rows.append(
+                f"| {r['level']} | {r['vocab_size']} | "
+                + ", ".join(
+                    f"{t!r} ({p:.3f})"
+                    for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
+                )
+                + f" | {r['other_pi']:.3f} ({r['other_rank']}) | flow not run |"
+                + " |" * 12
+            )
+            continue
         reached = r.get("t_reached", r.get("interrupted_at_t", settings["t1"]))
         f, dl, nx = r.get("focus"), r.get("dilution"), r.get("next")
         st = r["flow_stats"]
@@ -313,7 +324,18 @@ def report(paths):
             f"{a['pi_max']:.3f} | {a['sigma']:.4f} | {lp['fraction']:.3f} | "
             f"{lp['pi_distance']:.3f} | {lp['pi_max']:.3f} | {lp['sigma']:.4f} |"
         )
-    print("\n".join(rows))
+    return "\n".join(rows)
+
+
+TABLE_BEGIN = "<!-- real-text table (python examples/real_text.py --report ...) -->"
+TABLE_END = "<!-- /real-text table -->"
+
+
+def write_table(table, page):
+    """Replaces the text between the table markers of `page` with `table`."""
+    text = Path(page).read_text()
+    a, b = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    Path(page).write_text(text[:a] + "\n\n" + table + "\n\n" + text[b:])
 
 
 def main():
@@ -326,6 +348,12 @@ def main():
         help="print the table of docs/text.md from real_text.json files and exit",
     )
     parser.add_argument(
+        "--write-doc",
+        default=None,
+        metavar="MD",
+        help="with --report: write the tables between the markers of this page",
+    )
+    parser.add_argument(
         "--text", default=None, help="file or folder (default: built-in)"
     )
     parser.add_argument("--levels", nargs="+", default=["char", "bpe", "word"])
@@ -336,6 +364,9 @@ def main():
     parser.add_argument("--t1", type=float, default=20_000.0)
     parser.add_argument("--min-fall", type=float, default=0.01)
     parser.add_argument("--sgd", action="store_true", help="also SGD on the windows")
+    parser.add_argument(
+        "--no-flow", action="store_true", help="the chains and their smoothing only"
+    )
     parser.add_argument("--sgd-t1", type=float, default=None, help="default: --t1")
     parser.add_argument("--max-steps", type=int, default=4_000_000)
     parser.add_argument(
@@ -346,6 +377,12 @@ def main():
     )
     parser.add_argument("--solver", default=None, help="default: gradflow's")
     parser.add_argument(
+        "--jacobian-tol",
+        type=float,
+        default=None,
+        help="ROS34PW2 with this jacobian_tol (default: the default solver's 0.5)",
+    )
+    parser.add_argument(
         "--budget",
         type=float,
         default=None,
@@ -355,7 +392,10 @@ def main():
     parser.add_argument("--out", default="out/real_text")
     args = parser.parse_args()
     if args.report:
-        report(args.report)
+        table = report(args.report)
+        print(table)
+        if args.write_doc:
+            write_table(table, args.write_doc)
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -392,6 +432,10 @@ def main():
             record["other_rank"] = int(pi_ranks(chain)[-1])
             record["H_pi"] = float(-np.sum(chain.pi * np.log(chain.pi)))
             record["entropy_rate"] = float(chain.conditional_entropy)
+            if args.no_flow:  # the chain only
+                print(json.dumps(record, default=str), flush=True)
+                results["runs"].append(record)
+                continue
             p0 = gf.init_params(d, args.width, args.init_scale, 0)
             ts = gf.default_save_times(args.t1)
             run = None
@@ -424,7 +468,9 @@ def main():
                     ts=ts,
                     progress=True,
                     max_steps=args.max_steps,
-                    solver=args.solver,
+                    solver=args.solver
+                    if args.jacobian_tol is None
+                    else gf.solvers.ROS34PW2(jacobian_tol=args.jacobian_tol),
                 )
             except gf.Interrupted as e:  # the wall-clock budget ran out
                 traj = e.result
