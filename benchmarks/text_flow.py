@@ -185,6 +185,11 @@ def main():
         "analysed up to where it got",
     )
     parser.add_argument("--no-spectrum", action="store_true")
+    parser.add_argument(
+        "--cost-only",
+        action="store_true",
+        help="measure one gradient and one HVP at this size, write --out and stop",
+    )
     parser.add_argument("--figures", action="store_true", help="write text_*.png")
     parser.add_argument("--out", default="out/text_flow.json")
     args = parser.parse_args()
@@ -219,6 +224,10 @@ def main():
         "hvp": per_call(hvp, p0, p0),
     }
     print("per call", result["per_call_s"], flush=True)
+    if args.cost_only:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+        return
 
     t = time.perf_counter()
     run = gf.train_sgd(
