@@ -242,8 +242,14 @@ def figure(traj, chain, H, mass, result, name, title):
     plt.close(fig)
 
 
+def _tok(token):
+    """A token as a Markdown code span in a table cell (`<other>` would be
+    read as an HTML tag, `|` as a cell border)."""
+    return "`" + repr(token).replace("|", "\\|") + "`"
+
+
 def _ranks(items):
-    return ", ".join(f"{x['token']!r} ({x['rank']})" for x in items)
+    return ", ".join(f"{_tok(x['token'])} ({x['rank']})" for x in items)
 
 
 def _yes_no(flag):
@@ -260,7 +266,7 @@ def report(paths):
             if "smoothing" in r:
                 runs.append((saved["settings"], r))
     rows = [
-        "| level | d | most frequent (pi) | <other> pi (rank) | t1 reached | "
+        "| level | d | most frequent (pi) | `<other>` pi (rank) | t1 reached | "
         "H(0) | first focus: t, H | entropy falls | dilution: t, H | "
         "entropy rises | focus token (rank) | gainers at the focus (rank) | "
         "next direction: tokens (rank) | steps | grad evals | HVPs | wall s |",
@@ -271,7 +277,7 @@ def report(paths):
             rows.append(
                 f"| {r['level']} | {r['vocab_size']} | "
                 + ", ".join(
-                    f"{t!r} ({p:.3f})"
+                    f"{_tok(t)} ({p:.3f})"
                     for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
                 )
                 + f" | {r['other_pi']:.3f} ({r['other_rank']}) | flow not run |"
@@ -287,7 +293,7 @@ def report(paths):
             else "dropped"
         )
         head = ", ".join(
-            f"{t!r} ({p:.3f})" for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
+            f"{_tok(t)} ({p:.3f})" for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
         )
         interrupted = " (budget)" if "interrupted_at_t" in r else ""
         rows.append(
@@ -297,11 +303,11 @@ def report(paths):
             + f"{_yes_no(r['entropy_falls'])} | "
             + (f"{dl['t']:.4g}, {dl['H']:.3f} | " if dl else "none | ")
             + f"{_yes_no(r['entropy_rises_after_focus'])} | "
-            + f"{r['focus_token']!r} ({r['focus_rank']}) | "
+            + f"{_tok(r['focus_token'])} ({r['focus_rank']}) | "
             f"{_ranks(r['top_gainers'][:3])} | "
             + (
                 ", ".join(
-                    f"{t!r} ({k})" for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
+                    f"{_tok(t)} ({k})" for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
                 )
                 if nx
                 else "none"
