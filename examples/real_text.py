@@ -293,7 +293,8 @@ def report(paths):
             else "dropped"
         )
         head = ", ".join(
-            f"{_tok(t)} ({p:.3f})" for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
+            f"{_tok(t)} ({p:.3f})"
+            for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
         )
         interrupted = " (budget)" if "interrupted_at_t" in r else ""
         rows.append(
@@ -307,7 +308,8 @@ def report(paths):
             f"{_ranks(r['top_gainers'][:3])} | "
             + (
                 ", ".join(
-                    f"{_tok(t)} ({k})" for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
+                    f"{_tok(t)} ({k})"
+                    for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
                 )
                 if nx
                 else "none"
