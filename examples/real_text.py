@@ -15,18 +15,25 @@ attention mass per key token `mass_k = sum_i pi_i A[i, k]`, and reports:
 
 - **the first focus**: the first local minimum of the entropy after it has
   fallen by at least `--min-fall` (relative) below its start; the *focus
-  token* is the token whose mass gained most by then, with its rank: its
-  position in the vocabulary, which is sorted by frequency (1 = most frequent)
-  with `<other>` last whatever its frequency (its pi is reported apart);
+  token* is the token whose mass gained most by then, with its rank by
+  frequency: its position when all `d` tokens, `<other>` included, are sorted
+  by `pi` (1 = most frequent);
 - **the dilution**: the entropy's next local maximum, and how much of the
   focus token's mass gain is given back by then;
-- **what is learnt next**: when the second singular value of `W0` reaches 10 %
-  of the first, the five tokens with the largest loadings on `W0`'s second
+- **what is learnt next**: when the second singular value of `W0`, after
+  condensation made `W0` rank one (below 10 % of the first), grows back to
+  10 % of the first, the five tokens with the largest loadings on `W0`'s second
   right singular vector (the new embedding direction), with their ranks;
 - the stage records of `gf.integrate` (`traj.stages`), for comparison;
 - with `--sgd`: SGD on the corpus's own windows from the same start
   (`gf.train_sgd`, context 256, batch 512, lr 0.2), on the same time axis, and
   the relative gap of the loss-drop crossing times (`gf.compare`).
+
+The chain uses `--smoothing` (default `"auto"`: pseudo-counts 1 % of the
+bigram counts); for comparison the script also records what add-one
+(Laplace) smoothing would make of the same counts: its share of all counts,
+the distance of its `pi` from the unigram frequencies, its largest `pi` and
+its condensation rate `sigma = |pi - 1/d| |pi|`.
 
 Writes `<out>/real_text.json` (settings, results, cost) and the figures
 `docs/figures/real_text_<level>_<d>.png|pdf` and `docs/figures/real_text_sgd.png`.
@@ -37,6 +44,7 @@ import argparse
 import json
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -57,6 +65,23 @@ FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
 def stage_field(stage, name):
     """One field of a stage record (dicts today, typed records soon)."""
     return getattr(stage, name) if hasattr(stage, name) else stage[name]
+
+
+def sigma(pi):
+    """The condensation rate `|pi - 1/d| |pi|` (SPEC section 3)."""
+    pi = np.asarray(pi)
+    return float(np.linalg.norm(pi - 1 / pi.size) * np.linalg.norm(pi))
+
+
+def smoothing_record(stream):
+    pi = np.asarray(stream.chain.pi)
+    return {
+        "alpha": stream.smoothing,
+        "fraction": stream.smoothing_fraction,
+        "pi_distance": stream.pi_distance,
+        "pi_max": float(pi.max()),
+        "sigma": sigma(pi),
+    }
 
 
 def attention_curves(params, chain):
@@ -85,9 +110,19 @@ def local_extremum(x, start, kind, min_change):
     return i
 
 
+def pi_ranks(chain):
+    """Rank of every token by its stationary probability (1 = largest pi),
+    `<other>` included: the rank "by frequency" of the paper's claims."""
+    order = np.argsort(-np.asarray(chain.pi), kind="stable")
+    ranks = np.empty(chain.d, int)
+    ranks[order] = np.arange(1, chain.d + 1)
+    return ranks
+
+
 def analyse(traj, chain, min_fall):
     ts = np.asarray(traj.ts)
     labels = list(chain.tokens)
+    rank = pi_ranks(chain)
     H, mass = attention_curves(traj.params, chain)
     gain = mass - mass[0]
     out = {"H_start": float(H[0]), "H_final": float(H[-1])}
@@ -120,17 +155,20 @@ def analyse(traj, chain, min_fall):
         out.get("dilution") and out["dilution"]["H"] > out["focus"]["H"]
     )
     out["focus_token"] = labels[k]
-    out["focus_rank"] = k + 1
+    out["focus_rank"] = int(rank[k])
     out["focus_pi"] = float(chain.pi[k])
     out["focus_mass_gain"] = float(gain[i_f if i_f is not None else -1, k])
     out["top_gainers"] = [
-        {"token": labels[j], "rank": int(j) + 1}
+        {"token": labels[j], "rank": int(rank[j])}
         for j in np.argsort(-gain[i_f if i_f is not None else -1])[:5]
     ]
     # the next embedding direction
     s = np.linalg.svd(np.asarray(traj.params.W0), compute_uv=False)
     ratio = s[:, 1] / s[:, 0]
-    after = i_f if i_f is not None else 0
+    # after condensation (W0 of rank one: sigma_2 / sigma_1 below 0.1; the
+    # random start has comparable singular values) and after the first focus
+    condensed = np.flatnonzero(ratio < 0.1)
+    after = max(i_f or 0, int(condensed[0]) if condensed.size else ts.size)
     nd = np.flatnonzero((ratio >= 0.1) & (np.arange(ts.size) >= after))
     if nd.size:
         i_n = int(nd[0])
@@ -139,7 +177,7 @@ def analyse(traj, chain, min_fall):
         out["next"] = {
             "t": float(ts[i_n]),
             "tokens": [labels[j] for j in top],
-            "ranks": [int(j) + 1 for j in top],
+            "ranks": [int(rank[j]) for j in top],
         }
     else:
         out["next"] = None
@@ -163,6 +201,7 @@ def figure(traj, chain, H, mass, result, name, title):
     ts = np.asarray(traj.ts)
     pos = ts > 0
     labels = list(chain.tokens)
+    rank = pi_ranks(chain)
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
     ax.plot(ts[pos], np.asarray(traj.loss)[pos], "k-")
     ax.axhline(
@@ -189,7 +228,9 @@ def figure(traj, chain, H, mass, result, name, title):
     gain = mass - mass[0]
     top = np.argsort(-np.abs(gain).max(axis=0))[:6]
     for j, k in enumerate(top):
-        cx.plot(ts[pos], gain[pos, k], f"C{j}-", label=f"{labels[k]!r} (rank {k + 1})")
+        cx.plot(
+            ts[pos], gain[pos, k], f"C{j}-", label=f"{labels[k]!r} (rank {rank[k]})"
+        )
     cx.set_xscale("log")
     cx.set_xlabel("t")
     cx.set_ylabel("attention mass gain  mass_k(t) - mass_k(0)")
@@ -201,49 +242,108 @@ def figure(traj, chain, H, mass, result, name, title):
     plt.close(fig)
 
 
+def _tok(token):
+    """A token as a Markdown code span in a table cell (`<other>` would be
+    read as an HTML tag, `|` as a cell border)."""
+    return "`" + repr(token).replace("|", "\\|") + "`"
+
+
 def _ranks(items):
-    return ", ".join(f"{x['token']!r} ({x['rank']})" for x in items)
+    return ", ".join(f"{_tok(x['token'])} ({x['rank']})" for x in items)
+
+
+def _yes_no(flag):
+    return "yes" if flag else "no"
 
 
 def report(paths):
-    """The markdown table of docs/text.md from `real_text.json` files."""
-    rows = [
-        "| level | d | top tokens | <other> pi | flow reached t | H(0) | H max: t, H | first focus: t, H | "
-        "dilution: t, H | focus token (rank) | gainers at the focus (rank) | "
-        "next direction: tokens (rank) | steps | grad evals | wall s |",
-        "|" + " --- |" * 15,
-    ]
+    """The markdown tables of docs/text.md from `real_text.json` files: the
+    study, then the smoothing of each chain against add-one smoothing."""
+    runs = []
     for path in paths:
         saved = json.loads(Path(path).read_text())
         for r in saved["runs"]:
-            if "H_start" not in r:
-                continue
-            reached = r.get(
-                "t_reached", r.get("interrupted_at_t", saved["settings"]["t1"])
-            )
-            f, dl, nx = r.get("focus"), r.get("dilution"), r.get("next")
-            st = r["flow_stats"]
+            if "smoothing" in r:
+                runs.append((saved["settings"], r))
+    rows = [
+        "| level | d | most frequent (pi) | `<other>` pi (rank) | t1 reached | "
+        "H(0) | first focus: t, H | entropy falls | dilution: t, H | "
+        "entropy rises | focus token (rank) | gainers at the focus (rank) | "
+        "next direction: tokens (rank) | steps | grad evals | HVPs | wall s |",
+        "|" + " --- |" * 17,
+    ]
+    for settings, r in runs:
+        if "H_start" not in r:
             rows.append(
                 f"| {r['level']} | {r['vocab_size']} | "
-                f"{' '.join(repr(t) for t in r['tokens_head'][:4])} | "
-                f"{r['other_pi']:.3f} | "
-                f"{reached:.4g} | {r['H_start']:.3f} | "
-                f"{r['t_H_max']:.4g}, {r['H_max']:.3f} | "
-                + (f"{f['t']:.4g}, {f['H']:.3f} | " if f else "none | ")
-                + (f"{dl['t']:.4g}, {dl['H']:.3f} | " if dl else "none | ")
-                + f"{r['focus_token']!r} ({r['focus_rank']}) | "
-                f"{_ranks(r['top_gainers'][:3])} | "
-                + (
-                    ", ".join(
-                        f"{t!r} ({k})"
-                        for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
-                    )
-                    if nx
-                    else "none"
+                + ", ".join(
+                    f"{_tok(t)} ({p:.3f})"
+                    for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
                 )
-                + f" | {st['num_steps']} | {st['num_grad_evals']} | {r['flow_wall_s']:.0f} |"
+                + f" | {r['other_pi']:.3f} ({r['other_rank']}) | flow not run |"
+                + " |" * 12
             )
-    print("\n".join(rows))
+            continue
+        reached = r.get("t_reached", r.get("interrupted_at_t", settings["t1"]))
+        f, dl, nx = r.get("focus"), r.get("dilution"), r.get("next")
+        st = r["flow_stats"]
+        other = (
+            f"{r['other_pi']:.3f} ({r['other_rank']})"
+            if r.get("other_pi") is not None
+            else "dropped"
+        )
+        head = ", ".join(
+            f"{_tok(t)} ({p:.3f})"
+            for t, p in zip(r["tokens_head"][:2], r["pi_head"][:2])
+        )
+        interrupted = " (budget)" if "interrupted_at_t" in r else ""
+        rows.append(
+            f"| {r['level']} | {r['vocab_size']} | {head} | {other} | "
+            f"{reached:.4g} of {settings['t1']:.4g}{interrupted} | {r['H_start']:.3f} | "
+            + (f"{f['t']:.4g}, {f['H']:.3f} | " if f else "none | ")
+            + f"{_yes_no(r['entropy_falls'])} | "
+            + (f"{dl['t']:.4g}, {dl['H']:.3f} | " if dl else "none | ")
+            + f"{_yes_no(r['entropy_rises_after_focus'])} | "
+            + f"{_tok(r['focus_token'])} ({r['focus_rank']}) | "
+            f"{_ranks(r['top_gainers'][:3])} | "
+            + (
+                ", ".join(
+                    f"{_tok(t)} ({k})"
+                    for t, k in zip(nx["tokens"][:3], nx["ranks"][:3])
+                )
+                if nx
+                else "none"
+            )
+            + f" | {st['num_steps']} | {st['num_grad_evals']} | "
+            f"{st.get('num_hvps', 'n/a')} | {r['flow_wall_s']:.0f} |"
+        )
+    rows += [
+        "",
+        "| level | d | bigrams | smoothing | pseudo-counts / all | pi distance (TV) | "
+        "largest pi | sigma | add-one: pseudo-counts / all | pi distance | "
+        "largest pi | sigma |",
+        "|" + " --- |" * 12,
+    ]
+    for _, r in runs:
+        a, lp = r["smoothing"], r["laplace"]
+        rows.append(
+            f"| {r['level']} | {r['vocab_size']} | {r['num_tokens'] - 1} | "
+            f"{a['alpha']:.3g} | {a['fraction']:.3f} | {a['pi_distance']:.4f} | "
+            f"{a['pi_max']:.3f} | {a['sigma']:.4f} | {lp['fraction']:.3f} | "
+            f"{lp['pi_distance']:.3f} | {lp['pi_max']:.3f} | {lp['sigma']:.4f} |"
+        )
+    return "\n".join(rows)
+
+
+TABLE_BEGIN = "<!-- real-text table (python examples/real_text.py --report ...) -->"
+TABLE_END = "<!-- /real-text table -->"
+
+
+def write_table(table, page):
+    """Replaces the text between the table markers of `page` with `table`."""
+    text = Path(page).read_text()
+    a, b = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    Path(page).write_text(text[:a] + "\n\n" + table + "\n\n" + text[b:])
 
 
 def main():
@@ -256,6 +356,12 @@ def main():
         help="print the table of docs/text.md from real_text.json files and exit",
     )
     parser.add_argument(
+        "--write-doc",
+        default=None,
+        metavar="MD",
+        help="with --report: write the tables between the markers of this page",
+    )
+    parser.add_argument(
         "--text", default=None, help="file or folder (default: built-in)"
     )
     parser.add_argument("--levels", nargs="+", default=["char", "bpe", "word"])
@@ -266,9 +372,24 @@ def main():
     parser.add_argument("--t1", type=float, default=20_000.0)
     parser.add_argument("--min-fall", type=float, default=0.01)
     parser.add_argument("--sgd", action="store_true", help="also SGD on the windows")
+    parser.add_argument(
+        "--no-flow", action="store_true", help="the chains and their smoothing only"
+    )
     parser.add_argument("--sgd-t1", type=float, default=None, help="default: --t1")
     parser.add_argument("--max-steps", type=int, default=4_000_000)
+    parser.add_argument(
+        "--smoothing",
+        default="auto",
+        type=lambda v: v if v == "auto" else float(v),
+        help="'auto' (default) or a pseudo-count per bigram",
+    )
     parser.add_argument("--solver", default=None, help="default: gradflow's")
+    parser.add_argument(
+        "--jacobian-tol",
+        type=float,
+        default=None,
+        help="ROS34PW2 with this jacobian_tol (default: the default solver's 0.5)",
+    )
     parser.add_argument(
         "--budget",
         type=float,
@@ -279,7 +400,10 @@ def main():
     parser.add_argument("--out", default="out/real_text")
     args = parser.parse_args()
     if args.report:
-        report(args.report)
+        table = report(args.report)
+        print(table)
+        if args.write_doc:
+            write_table(table, args.write_doc)
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,14 +421,29 @@ def main():
                 )
                 record["vocab_size"] = d = distinct
             t = time.perf_counter()
-            stream = gf.text.encode(corpus, d, level=level, tail=args.tail)
+            stream = gf.text.encode(
+                corpus, d, level=level, tail=args.tail, smoothing=args.smoothing
+            )
             chain = stream.chain
             record["encode_s"] = time.perf_counter() - t
             record["stream"] = repr(stream)
-            record["tokens_head"] = list(chain.tokens[:12])
+            record["smoothing"] = smoothing_record(stream)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # drowned: reported
+                laplace = stream.with_smoothing(1.0)
+            record["laplace"] = smoothing_record(laplace)
+            order = np.argsort(-np.asarray(chain.pi), kind="stable")
+            record["tokens_head"] = [chain.tokens[k] for k in order[:12]]
+            record["pi_head"] = [float(chain.pi[k]) for k in order[:12]]
+            record["num_tokens"] = len(stream)
             record["other_pi"] = float(chain.pi[-1]) if args.tail == "other" else None
+            record["other_rank"] = int(pi_ranks(chain)[-1])
             record["H_pi"] = float(-np.sum(chain.pi * np.log(chain.pi)))
             record["entropy_rate"] = float(chain.conditional_entropy)
+            if args.no_flow:  # the chain only
+                print(json.dumps(record, default=str), flush=True)
+                results["runs"].append(record)
+                continue
             p0 = gf.init_params(d, args.width, args.init_scale, 0)
             ts = gf.default_save_times(args.t1)
             run = None
@@ -337,7 +476,9 @@ def main():
                     ts=ts,
                     progress=True,
                     max_steps=args.max_steps,
-                    solver=args.solver,
+                    solver=args.solver
+                    if args.jacobian_tol is None
+                    else gf.solvers.ROS34PW2(jacobian_tol=args.jacobian_tol),
                 )
             except gf.Interrupted as e:  # the wall-clock budget ran out
                 traj = e.result

@@ -110,10 +110,23 @@ def add_text_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--smoothing",
-        type=float,
-        default=1.0,
-        help="add-smoothing of the bigram counts (default 1)",
+        type=_smoothing,
+        default="auto",
+        help="pseudo-count added to every bigram count, or 'auto' (default: "
+        "pseudo-counts 1 %% of the bigram counts)",
     )
+
+
+def _smoothing(value: str):
+    """`--smoothing`: 'auto' or a number (checked by `gf.text.encode`)."""
+    if value == "auto":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--smoothing must be 'auto' or a number, got {value!r}"
+        ) from None
 
 
 def stream_from_text_args(args: argparse.Namespace):

@@ -19,6 +19,7 @@ import codecs
 import json
 import os
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,7 +36,16 @@ from ._errors import show
 OTHER = "<other>"
 LEVELS = ("word", "char", "bpe")
 TAILS = ("other", "drop")
-DEFAULT_SMOOTHING = 1.0
+DEFAULT_SMOOTHING = "auto"
+# With smoothing="auto" the pseudo-counts are this fraction of the bigram
+# counts, spread evenly over the d^2 entries (SPEC section 7): small enough not
+# to drown the data at any vocabulary size, large enough to keep every entry
+# positive.
+SMOOTHING_FRACTION = 0.01
+# A chain whose pseudo-counts exceed this fraction of all counts gets a warning:
+# its pi is pulled towards uniform (the vocabulary is too large for the corpus
+# at that smoothing).
+DROWNED_FRACTION = 0.1
 # Suffixes read when `path` is a folder: plain text, WikiText's `.raw` and
 # `.tokens` files, TinyStories' `.txt`.
 TEXT_SUFFIXES = (".txt", ".raw", ".tokens", ".text", ".md")
@@ -574,7 +584,7 @@ class Corpus(eqx.Module):
 
 
 class TokenStream(eqx.Module):
-    """A corpus encoded on a fixed vocabulary, with its bigram chain: what
+    r"""A corpus encoded on a fixed vocabulary, with its bigram chain: what
     [`gradflow.train_sgd`][] trains on (windows of the real text) and evaluates
     against (the population loss of `chain`).
 
@@ -585,11 +595,21 @@ class TokenStream(eqx.Module):
       id `k` is `chain.tokens[k]`; with `tail="other"` the last id is `<other>`.
     - `chain`: the bigram [`gradflow.MarkovChain`][] estimated from `ids`.
     - `source`: where the text came from.
+    - `smoothing`: the pseudo-count added to every bigram count.
+    - `smoothing_fraction`: the pseudo-counts' share of all counts,
+      $d^2 \alpha / (n - 1 + d^2 \alpha)$ ($\alpha$ = `smoothing`, $n - 1$
+      bigrams).
+    - `pi_distance`: the total-variation distance between the chain's `pi` and
+      the unigram frequencies of `ids`, $\frac12 \sum_k |\pi_k - f_k|$: how far
+      smoothing moved the stationary distribution away from the text.
     """
 
     ids: Int[np.ndarray, " n"]
     chain: MarkovChain
     source: str = eqx.field(static=True)
+    smoothing: float = eqx.field(static=True, default=float("nan"))
+    smoothing_fraction: float = eqx.field(static=True, default=float("nan"))
+    pi_distance: float = eqx.field(static=True, default=float("nan"))
 
     @property
     def d(self) -> int:
@@ -598,8 +618,21 @@ class TokenStream(eqx.Module):
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
+    def with_smoothing(self, smoothing: float | str) -> "TokenStream":
+        """The same ids with the bigram chain re-estimated at another
+        `smoothing` (`"auto"` or a pseudo-count per entry; see
+        [`gradflow.text.encode`][])."""
+        return _smoothed_stream(
+            self.ids, self.chain.tokens or (), _check_smoothing(smoothing), self.source
+        )
+
     def __repr__(self) -> str:
-        return f"TokenStream({len(self)} tokens, d={self.d}, from {self.source})"
+        return (
+            f"TokenStream({len(self)} tokens, d={self.d}, from {self.source}; "
+            f"smoothing {self.smoothing:.3g} per entry = "
+            f"{100 * self.smoothing_fraction:.3g} % of the counts, pi within "
+            f"{self.pi_distance:.2g} (total variation) of the unigram frequencies)"
+        )
 
 
 def tokenize(text: str, level: str = "word") -> list[str]:
@@ -861,6 +894,66 @@ def bigram_matrix(ids: np.ndarray, d: int, smoothing: float) -> np.ndarray:
     return counts / counts.sum(axis=1, keepdims=True)
 
 
+def _check_smoothing(smoothing) -> float | str:
+    if isinstance(smoothing, str):
+        if smoothing == "auto":
+            return smoothing
+        raise ValueError(
+            f"smoothing must be 'auto' or a number > 0, got smoothing = {smoothing!r}"
+        )
+    if isinstance(smoothing, bool):
+        raise TypeError(f"smoothing must be a number or 'auto', got {show(smoothing)}")
+    try:
+        value = float(smoothing)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"smoothing must be a number or 'auto', got {show(smoothing)}"
+        ) from None
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"smoothing must be finite and > 0 (it keeps every transition "
+            f"probability positive), got smoothing = {value}"
+        )
+    return value
+
+
+def _smoothed_stream(
+    ids: np.ndarray, tokens: tuple[str, ...], smoothing: float | str, source: str
+) -> "TokenStream":
+    """The stream with its bigram chain; `smoothing="auto"` puts
+    `SMOOTHING_FRACTION` of the bigram count on the table, evenly."""
+    d = len(tokens)
+    counts = bigram_counts(ids, d)
+    n_bigrams = int(counts.sum())
+    if smoothing == "auto":
+        # total pseudo-count f / (1 - f) of the data, so that it is f of all
+        alpha = SMOOTHING_FRACTION / (1 - SMOOTHING_FRACTION) * n_bigrams / d**2
+    else:
+        alpha = float(smoothing)
+    table = counts + alpha
+    chain = MarkovChain(table / table.sum(axis=1, keepdims=True), tokens=tokens)
+    fraction = alpha * d**2 / (n_bigrams + alpha * d**2)
+    freq = np.bincount(np.asarray(ids, np.int64), minlength=d) / ids.shape[0]
+    distance = 0.5 * float(np.abs(np.asarray(chain.pi) - freq).sum())
+    if fraction > DROWNED_FRACTION:
+        warnings.warn(
+            f"vocab_size = {d} is too large for this corpus at smoothing = "
+            f"{alpha:.3g}: {alpha * d**2:.4g} pseudo-counts against {n_bigrams} "
+            f"bigrams ({100 * fraction:.0f} % of all counts), so pi is "
+            f"{distance:.2f} (total variation) from the unigram frequencies; use "
+            f"smoothing='auto' (1 %), a smaller vocab_size or a larger corpus",
+            stacklevel=3,
+        )
+    return TokenStream(
+        ids=ids,
+        chain=chain,
+        source=source,
+        smoothing=float(alpha),
+        smoothing_fraction=float(fraction),
+        pi_distance=distance,
+    )
+
+
 # ------------------------------------------------------------------------ BPE
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-to-character map (used by byte-level BPE), inverted."""
@@ -1113,7 +1206,7 @@ def encode(
     vocab_size: int = 30,
     *,
     level: str = "word",
-    smoothing: float = DEFAULT_SMOOTHING,
+    smoothing: float | str = DEFAULT_SMOOTHING,
     tail: str = "other",
     cache: str | os.PathLike | None = None,
     progress: bool = True,
@@ -1129,10 +1222,16 @@ def encode(
     byte-level BPE tokenizer is first trained on the corpus to `vocab_size`
     tokens (see [`gradflow.text.train_bpe`][]).
 
-    The bigram chain is $P_{ij} \propto c_{ij} + \text{smoothing}$ with $c_{ij}$
-    the number of times token `j` follows token `i` in the encoded stream;
-    any `smoothing > 0` makes every entry positive, so the chain is irreducible
-    and aperiodic.
+    The bigram chain is $P_{ij} \propto c_{ij} + \alpha$ with $c_{ij}$ the
+    number of times token `j` follows token `i` in the encoded stream; any
+    $\alpha > 0$ makes every entry positive, so the chain is irreducible and
+    aperiodic. With `smoothing="auto"` (default) $\alpha$ scales with the
+    corpus: the $d^2 \alpha$ pseudo-counts are 1 % of all counts
+    ($\alpha = \frac{0.01}{0.99} (n - 1) / d^2$ for $n - 1$ bigrams), so they
+    never drown the data, whatever $d$. The stream reports $\alpha$, that
+    fraction and the distance of `pi` from the unigram frequencies; a chain
+    whose pseudo-counts are over 10 % of all counts (a fixed `smoothing` on a
+    corpus too small for `vocab_size`) gets a `UserWarning` saying so.
 
     **Arguments:** as [`gradflow.chains.from_text`][], and
 
@@ -1148,15 +1247,7 @@ def encode(
     tail = _check_tail(tail)
     vocab_size = _check_vocab_type(vocab_size)
     progress = _check_progress(progress)
-    try:
-        smoothing = float(smoothing)
-    except (TypeError, ValueError):
-        raise TypeError(f"smoothing must be a number, got {show(smoothing)}") from None
-    if not np.isfinite(smoothing) or smoothing <= 0:
-        raise ValueError(
-            f"smoothing must be finite and > 0 (it keeps every transition "
-            f"probability positive), got smoothing = {smoothing}"
-        )
+    smoothing = _check_smoothing(smoothing)
     cache = _check_cache(cache)
     key = None
     if cache is not None:
@@ -1164,10 +1255,7 @@ def encode(
         hit = None if key is None else _read_cache(cache, key)
         if hit is not None:
             ids, tokens, source = hit
-            chain = MarkovChain(
-                bigram_matrix(ids, len(tokens), smoothing), tokens=tokens
-            )
-            return TokenStream(ids=ids, chain=chain, source=source)
+            return _smoothed_stream(ids, tokens, smoothing, source)
     corpus = _as_corpus(path_or_text, level, progress=progress)
     units = _units_to_tokens(corpus, vocab_size, tail)
     labels, remap = _vocab_map(corpus, units, vocab_size, tail)
@@ -1191,8 +1279,7 @@ def encode(
         meta = {**(key or {}), "tokens": list(labels), "source_label": corpus.source}
         cache.with_name(cache.name + ".json").write_text(json.dumps(meta))
         ids = np.load(cache, mmap_mode="r")
-    chain = MarkovChain(bigram_matrix(ids, d, smoothing), tokens=labels)
-    return TokenStream(ids=ids, chain=chain, source=corpus.source)
+    return _smoothed_stream(ids, labels, smoothing, corpus.source)
 
 
 def from_text(
@@ -1200,7 +1287,7 @@ def from_text(
     vocab_size: int = 30,
     *,
     level: str = "word",
-    smoothing: float = DEFAULT_SMOOTHING,
+    smoothing: float | str = DEFAULT_SMOOTHING,
     tail: str = "other",
     progress: bool = True,
 ) -> MarkovChain:
@@ -1217,7 +1304,10 @@ def from_text(
     - `vocab_size`: $d$, from 2 up to the number of distinct tokens.
     - `level`: `"word"`, `"char"` or `"bpe"` (byte-level BPE trained on the
       corpus to `vocab_size` tokens with Hugging Face `tokenizers`).
-    - `smoothing`: add-`smoothing` to every bigram count (default 1, Laplace).
+    - `smoothing`: `"auto"` (default: pseudo-counts 1 % of the bigram counts,
+      spread evenly over the $d^2$ entries) or a number $\alpha > 0$ added to
+      every bigram count (1 is Laplace's add-one, which at $d^2 \gg n$ makes
+      the chain nearly uniform).
     - `tail`: `"other"` (the `vocab_size - 1` most frequent tokens plus
       `<other>` for all the rest) or `"drop"` (the `vocab_size` most frequent
       tokens; the rest are removed from the stream).
@@ -1228,7 +1318,8 @@ def from_text(
 
     **Raises:** `FileNotFoundError` (missing file), `ValueError` (empty,
     binary or non-UTF-8 file, a string with a NUL byte, a too-small corpus,
-    `vocab_size < 2` or above the number of distinct tokens, `smoothing <= 0`,
+    `vocab_size < 2` or above the number of distinct tokens, `smoothing <= 0`
+    or a string other than `"auto"`,
     an unknown `level` or `tail`).
 
     **Example:**

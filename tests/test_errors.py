@@ -847,6 +847,12 @@ CASES = [
         r"smoothing must be finite and > 0 .*got smoothing = 0\.0",
     ),
     Case(
+        "from_text-smoothing-name",
+        lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, smoothing="laplace"),
+        ValueError,
+        r"smoothing must be 'auto' or a number > 0, got smoothing = 'laplace'",
+    ),
+    Case(
         "from_text-tail",
         lambda f: gf.chains.from_text(f.small_txt, vocab_size=3, tail="keep"),
         ValueError,

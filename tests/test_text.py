@@ -40,7 +40,9 @@ def test_held_out_english_string_puts_the_first():
 
 def test_vocabulary_order_and_bigram_estimate():
     text = "a b a c a b b a d"
-    stream = gf.text.encode(text, vocab_size=3, smoothing=0.5)
+    # 4.5 pseudo-counts against 8 bigrams: more than 10 % of all counts
+    with pytest.warns(UserWarning, match=r"vocab_size = 3 is too large .*\(36 %"):
+        stream = gf.text.encode(text, vocab_size=3, smoothing=0.5)
     # counts: a 4, b 3, c 1, d 1 -> vocab (a, b, <other>); c and d map to <other>.
     assert stream.chain.tokens == ("a", "b", "<other>")
     np.testing.assert_array_equal(np.asarray(stream.ids), [0, 1, 0, 2, 0, 1, 1, 0, 2])
@@ -51,6 +53,32 @@ def test_vocabulary_order_and_bigram_estimate():
     expected = (counts + 0.5) / (counts + 0.5).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(np.asarray(stream.chain.P), expected, rtol=1e-12)
     assert (np.asarray(stream.chain.P) > 0).all()
+
+
+def test_auto_smoothing_is_one_percent_of_the_counts():
+    # Add-one smoothing at d = 1024 puts 1,048,576 pseudo-counts on 65,649
+    # bigrams: the chain is nearly uniform, and says so.
+    corpus = gf.text.load()
+    with pytest.warns(UserWarning, match=r"vocab_size = 1024 is too large"):
+        laplace = gf.text.encode(corpus, 1024, smoothing=1)
+    assert laplace.smoothing_fraction > 0.9 and laplace.pi_distance > 0.3
+    auto = gf.text.encode(corpus, 1024)
+    again = laplace.with_smoothing("auto")
+    np.testing.assert_array_equal(np.asarray(again.chain.P), np.asarray(auto.chain.P))
+    n = len(auto) - 1
+    assert auto.smoothing == pytest.approx(0.01 / 0.99 * n / 1024**2, rel=1e-12)
+    assert auto.smoothing_fraction == pytest.approx(0.01, rel=1e-9)
+    counts = gf.text.bigram_counts(np.asarray(auto.ids), 1024) + auto.smoothing
+    P = counts / counts.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(auto.chain.P), P, rtol=1e-12)
+    freq = np.bincount(np.asarray(auto.ids), minlength=1024) / len(auto)
+    distance = 0.5 * np.abs(np.asarray(auto.chain.pi) - freq).sum()
+    assert auto.pi_distance == pytest.approx(distance, rel=1e-9)
+    assert auto.pi_distance < 0.02
+    assert auto.chain.tokens[0] == "the" and auto.chain.pi[0] > 0.06
+    assert "1 % of the counts" in repr(auto)
+    with pytest.raises(ValueError, match="smoothing must be 'auto' or a number"):
+        gf.text.encode(corpus, 10, smoothing="laplace")
 
 
 def test_pi_close_to_unigram_frequencies():
@@ -237,7 +265,7 @@ def test_non_utf8_offset_in_a_later_block(monkeypatch, tmp_path):
 
 def test_tail_drop_removes_the_rest_from_the_stream():
     text = "a b a c a b b a d"
-    stream = gf.text.encode(text, vocab_size=2, tail="drop", smoothing=0.5)
+    stream = gf.text.encode(text, vocab_size=2, tail="drop", smoothing=0.01)
     assert stream.chain.tokens == ("a", "b")
     np.testing.assert_array_equal(np.asarray(stream.ids), [0, 1, 0, 0, 1, 1, 0])
     counts = gf.text.bigram_counts(np.asarray(stream.ids), 2)
