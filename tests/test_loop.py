@@ -7,6 +7,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import gradflow as gf
 from gradflow import _integrate, _loop
@@ -57,7 +58,11 @@ def _setup(init_scale, seed):
     )
 
 
+@pytest.mark.slow
 def test_run_chunk_under_vmap_equals_each_member():
+    # Slow tier: the default tier checks the same property end to end
+    # (tests/test_sweep.py: members equal their solo runs) and the batched
+    # refresh (tests/test_solvers.py: cond_per_member).
     observer = Observer(stages=True, thresholds=gf.StageThresholds())
     setups = [_setup(1e-2, 0), _setup(3e-2, 1)]
     spec = _integrate.solve_spec(setups[0], observer)

@@ -192,7 +192,11 @@ def test_results_do_not_depend_on_save_grid():
     np.testing.assert_allclose(a.ts, a.steps * 0.1)
 
 
+@pytest.mark.slow
 def test_tiny_lr_huge_batch_approaches_flow():
+    # Slow tier (three compiles of SGD); the default tier ties SGD to the flow
+    # in test_full_batch_equals_gradient_descent and
+    # test_sgd_run_has_the_flows_stages.
     """As lr shrinks while batch and context grow, SGD tends to the flow."""
     chain = _small_chain()
     p0 = random_params(4, 3, 0.5, seed=3)

@@ -338,9 +338,10 @@ def test_linear_regime_rate_at_origin(model):
         )
     )
     flat, unravel = jax.flatten_util.ravel_pytree(p0)
-    grad = jax.grad(lambda x: gf.population_loss(unravel(x), chain))(flat)
+    # jitted: op by op, the Hessian's graph takes much longer to run
+    grad = jax.jit(jax.grad(lambda x: gf.population_loss(unravel(x), chain)))(flat)
     assert np.abs(np.asarray(grad)).max() < 1e-15  # a critical point
-    hess = jax.hessian(lambda x: gf.population_loss(unravel(x), chain))(flat)
+    hess = jax.jit(jax.hessian(lambda x: gf.population_loss(unravel(x), chain)))(flat)
     rate = np.linalg.eigvalsh(-np.asarray(hess))[-1]
     expected = theory_rate(model, chain, m)
     if model.value and not model.residual and model.norm != "layer":
