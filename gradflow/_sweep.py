@@ -205,12 +205,13 @@ def _check_param_batch(params, d: int) -> int:
             f"{shapes['W0']}; give one starting point to gf.integrate, or stack "
             "starting points"
         )
-    sizes = {s[0] if s else None for s in shapes.values()}
+    # a 0-dimensional array has no member axis: -1 never matches W0's size
+    sizes = {s[0] if s else -1 for s in shapes.values()}
     if len(sizes) != 1:
         raise ValueError(
             f"params' leading (member) axes differ: {', '.join(f'{n}: {s[0] if s else None}' for n, s in shapes.items())}"
         )
-    n = sizes.pop()
+    n = int(sizes.pop())
     if n < 1:
         raise ValueError("params holds no starting point (leading axis of length 0)")
     if shapes["W0"][2] != d:
