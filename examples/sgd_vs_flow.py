@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import gradflow as gf  # noqa: E402
-from gradflow._model import _attention_weights  # noqa: E402
+from gradflow._attention import attention_weights  # noqa: E402
 from gradflow._sgd_loss import context_counts  # noqa: E402
 from gradflow._sgd_samplers import ChainSampler  # noqa: E402
 
@@ -166,7 +166,7 @@ def expected_finite_loss(params, chain, batch):
     Same mean as the sampled-target loss, far smaller variance."""
     query, counts, _ = context_counts(batch, chain.d)
     E = params.W0
-    alpha = _attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
+    alpha = attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
     logp = jax.nn.log_softmax(params.W1 @ (E @ alpha.T), axis=0)  # (d, b)
     return -jnp.sum(chain.P[query].T * logp, axis=0)
 

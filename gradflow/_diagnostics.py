@@ -72,7 +72,7 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
     """
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
     A = attention_summary(params, chain)
-    return {**_point_diagnostics(params, chain, loss, grad, A), "attention": A}
+    return {**point_diagnostics(params, chain, loss, grad, A), "attention": A}
 
 
 def right_singular_vectors(W0: Float[Array, "m d"]):
@@ -85,7 +85,7 @@ def right_singular_vectors(W0: Float[Array, "m d"]):
     return s, v * jnp.where(sign == 0, 1.0, sign)
 
 
-def _point_diagnostics(params: Params, chain: MarkovChain, loss, grad, A):
+def point_diagnostics(params: Params, chain: MarkovChain, loss, grad, A):
     """The observables of `diagnostics` except the attention matrix itself."""
     grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
     W0, W1 = params.W0, params.W1
@@ -147,5 +147,6 @@ __all__ = [
     "attention_entropy",
     "diagnostic_rates",
     "diagnostics",
+    "point_diagnostics",
     "right_singular_vectors",
 ]

@@ -41,8 +41,6 @@ from ._loop import (
 from ._model import (
     AnyParams,
     Params,
-    _check_init_scale,
-    _check_seed,
     attention_summary,
     init_params,
     initial_scale,
@@ -54,7 +52,7 @@ from ._progress import host_progress
 from ._records import EventRecord
 from ._stages import BUILTIN_EVENTS, StageThresholds, stages_from_params
 from ._trajectory import Trajectory
-from ._validate import check_dtype, check_save_times
+from ._validate import check_dtype, check_init_scale, check_save_times, check_seed
 from ._variants import VariantParams, as_model, check_variant_point
 from ._watch import Watch, WatchState
 from .solvers import ROS2, ROS34PW2, AbstractRosenbrockW
@@ -363,7 +361,7 @@ def initial_point(chain, init_scale, params, width, seed, dtype, model=None):
         )
     model = None if model is None else as_model(model)
     if params is None:
-        init_scale = _check_init_scale(init_scale)
+        init_scale = check_init_scale(init_scale)
         return (
             init_params(chain.d, width, init_scale, seed, dtype=dtype, model=model),
             init_scale,
@@ -430,7 +428,7 @@ def prepare(
     t1 = _check_positive_finite("t1", t1)
     max_steps = _check_positive_finite("max_steps", max_steps, integer=True)
     width = _check_positive_finite("width", width, integer=True)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     solver_obj, solver_name = _resolve_solver(solver)
     ts_np = default_save_times(t1) if ts is None else check_save_times(ts, t1)
     checkpoint = check_path(checkpoint)

@@ -11,7 +11,6 @@ $\pi$-weighted softmax over the vocabulary. The functions here take either
 [`gradflow.Model`][].
 """
 
-import math
 from typing import Any
 
 import equinox as eqx
@@ -23,7 +22,8 @@ from jaxtyping import Array, Float, Int
 from ._attention import attention_weights, mean_nll, population_cross_entropy
 from ._chain import MarkovChain
 from ._custom_types import Attention, Scalar
-from ._errors import is_number, show
+from ._errors import show
+from ._validate import check_init_scale, check_seed
 from ._variants import (
     PARAM_NAMES,
     Model,
@@ -126,8 +126,8 @@ def init_params(
         raise ValueError(f"d must be an integer >= 2, got d = {show(d)}")
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
         raise ValueError(f"width must be an integer >= 1, got width = {show(width)}")
-    init_scale = _check_init_scale(init_scale)
-    seed = _check_seed(seed)
+    init_scale = check_init_scale(init_scale)
+    seed = check_seed(seed)
     model = as_model(model)
     try:
         floating = jnp.issubdtype(dtype, jnp.floating)
@@ -149,26 +149,6 @@ def init_params(
         WQ=normal(kq, (m, m)),
         WK=normal(kk, (m, m)),
     )
-
-
-def _check_init_scale(init_scale) -> float:
-    if isinstance(init_scale, (Params, VariantParams)):
-        raise TypeError(
-            f"init_scale must be a positive number, got a gradflow."
-            f"{type(init_scale).__name__}; pass a starting point as params=..."
-        )
-    if not is_number(init_scale):
-        raise TypeError(f"init_scale must be a positive number, got {show(init_scale)}")
-    value = float(init_scale)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"init_scale must be finite and > 0, got {show(init_scale)}")
-    return value
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got seed = {show(seed)}")
-    return int(seed)
 
 
 def model_of(params: AnyParams) -> Model:
@@ -211,10 +191,6 @@ def params_from_arrays(arrays, model=None, prefix: str = "") -> AnyParams:
         },
         model=model,
     )
-
-
-# The attention primitive under its historical name (used by the SGD code).
-_attention_weights = attention_weights
 
 
 def _variant(params) -> VariantParams:

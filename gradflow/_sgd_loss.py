@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._attention import mean_nll
+from ._attention import attention_weights, mean_nll
 from ._chain import MarkovChain
-from ._model import AnyParams, Params, _attention_weights, population_loss
+from ._model import AnyParams, Params, population_loss
 from ._variants import (
     VariantParams,
     variant_counted_logits,
@@ -45,7 +45,7 @@ def counted_context_loss(
     $O(b\,d\,m)$ instead of $O(b\,s\,m^2)$ with a scatter in the gradient.
     """
     E = params.W0
-    alpha = _attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
+    alpha = attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
     logits = params.W1 @ (E @ alpha.T)  # (d, b)
     logp = jax.nn.log_softmax(logits, axis=0)
     return -jnp.mean(jnp.take_along_axis(logp, target[None, :], axis=0))

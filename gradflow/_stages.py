@@ -28,7 +28,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
-from ._diagnostics import _point_diagnostics
+from ._diagnostics import point_diagnostics
 from ._model import AnyParams, Params, attention_summary, population_loss
 from ._records import EventRecord
 from ._stage_types import STAGE_KINDS, Stage, StageThresholds
@@ -64,7 +64,7 @@ def observe(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
     del t
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
     A = attention_summary(params, chain)
-    out = _point_diagnostics(params, chain, loss, grad, A)
+    out = point_diagnostics(params, chain, loss, grad, A)
     s = out["sv_W0"]
     out["sv_ratio"] = s[1:] / jnp.maximum(s[0], _TINY)
     return out

@@ -59,11 +59,12 @@ from ._integrate import (
     solve_spec,
 )
 from ._loop import Crossing, Driven, init_state
-from ._model import AnyParams, Params, _check_init_scale, _check_seed, param_arrays
+from ._model import AnyParams, Params, param_arrays
 from ._observe import Observer
 from ._progress import host_progress
 from ._records import EventRecord
 from ._sweep_result import RESERVED_COLUMNS, Member, Sweep
+from ._validate import check_init_scale, check_seed
 from ._variants import Model, VariantParams
 from ._watch import WatchState, empty_buffer
 
@@ -413,8 +414,8 @@ def sweep(
                 "give exactly one of init_scale (random starts) and params (given "
                 "starts), got init_scale=None and params=None"
             )
-        scales = _as_list("init_scale", init_scale, _check_init_scale)
-        seed_list = _as_list("seeds", seeds, _check_seed)
+        scales = _as_list("init_scale", init_scale, check_init_scale)
+        seed_list = _as_list("seeds", seeds, check_seed)
         axes = [
             (c, k, s, None)
             for c in range(len(chains))

@@ -1,11 +1,11 @@
-"""Checks of arguments: numbers, integers, positive finite values, seeds, save
-times and dtypes.
+"""Checks of arguments: numbers, integers, positive finite values, seeds,
+initial scales, save times and dtypes.
 
 Each returns the value as a plain Python `float` or `int`, or raises a
 one-line `TypeError` (wrong kind) or `ValueError` (right kind, bad value) that
 names the argument and shows the value (see `docs/errors.md`). They run on
 the host, before anything is compiled. A foundation: it imports nothing of
-gradflow but `_errors`.
+gradflow but the other foundations (`_errors`, `_custom_types`).
 """
 
 import math
@@ -13,6 +13,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from ._custom_types import PARAM_NAMES
 from ._errors import is_number, show
 
 
@@ -46,6 +47,26 @@ def check_integer(name: str, value, least: int | None = None, *, echo_name=True)
 def check_seed(seed) -> int:
     """A random seed: any integer (`TypeError` otherwise)."""
     return check_integer("seed", seed)
+
+
+def check_init_scale(init_scale) -> float:
+    """The standard deviation of a random start, as a finite `float > 0`:
+    `TypeError` unless it is a number, `ValueError` if it is non-finite or
+    `<= 0`. A parameter point given in its place (`integrate(chain, params0)`)
+    is told to go to `params=`."""
+    if not is_number(init_scale):
+        # A gradflow.Params or gradflow.VariantParams: the modules with the
+        # four weight matrices (this foundation cannot import their classes).
+        if all(hasattr(init_scale, name) for name in PARAM_NAMES):
+            raise TypeError(
+                f"init_scale must be a positive number, got a gradflow."
+                f"{type(init_scale).__name__}; pass a starting point as params=..."
+            )
+        raise TypeError(f"init_scale must be a positive number, got {show(init_scale)}")
+    value = float(init_scale)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"init_scale must be finite and > 0, got {show(init_scale)}")
+    return value
 
 
 def check_number(name: str, value, *, echo_name: bool = True) -> float:
@@ -118,6 +139,7 @@ def check_dtype(dtype):
 __all__ = [
     "check_dtype",
     "check_finite_entries",
+    "check_init_scale",
     "check_integer",
     "check_number",
     "check_positive_finite",

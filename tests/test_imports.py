@@ -33,18 +33,7 @@ FOUNDATIONS = frozenset(
 EXPECTED_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 # Known private imports: (importing module, imported-from module, name).
-EXPECTED_PRIVATE: set[tuple[str, str, str]] = {
-    # Argument checks that belong in _validate.
-    ("gradflow._integrate", "gradflow._model", "_check_init_scale"),
-    ("gradflow._integrate", "gradflow._model", "_check_seed"),
-    ("gradflow._sweep", "gradflow._model", "_check_init_scale"),
-    ("gradflow._sweep", "gradflow._model", "_check_seed"),
-    # The diagnostics of one point, evaluated by the stage detector.
-    ("gradflow._stages", "gradflow._diagnostics", "_point_diagnostics"),
-    # The attention primitive shared by the population and the counted
-    # finite-context loss.
-    ("gradflow._sgd_loss", "gradflow._model", "_attention_weights"),
-}
+EXPECTED_PRIVATE: set[tuple[str, str, str]] = set()
 
 
 def _module_name(path: Path, package: Path) -> tuple[str, bool]:
