@@ -349,7 +349,7 @@ def _check_descent(ts, loss, rtol: float) -> str:
     )
 
 
-def initial_point(chain, init_scale, params, width, seed, dtype, model=None):
+def initial_point(chain, *, init_scale, params, width, seed, dtype, model=None):
     """The starting point of a flow or an SGD run: exactly one of a random
     initialisation (`init_scale`, `width`, `seed`, `model`) or given `params`
     (checked against the chain, and against `model` if one is given).
@@ -442,7 +442,13 @@ def prepare(
     if atol is not None:
         atol = _check_positive_finite("atol", atol)
     params0, init_scale, width = initial_point(
-        chain, init_scale, params, width, seed, jdtype, model
+        chain,
+        init_scale=init_scale,
+        params=params,
+        width=width,
+        seed=seed,
+        dtype=jdtype,
+        model=model,
     )
     scale = initial_scale(params0)
     default_rtol, default_atol = default_tolerances(

@@ -93,12 +93,12 @@ def init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
     Every leaf is a strongly typed array, like the states `run_chunk` returns:
     a Python scalar or a weakly typed leaf (Diffrax's initial controller state
     has both) would make the first chunk compile once more."""
-    state = _init_state(spec, y0, args, t0, t1, ts)
+    state = _init_state(spec, y0=y0, args=args, t0=t0, t1=t1, ts=ts)
     return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)
 
 
 @eqx.filter_jit
-def _init_state(spec: Spec, y0, args, t0, t1, ts) -> LoopState:
+def _init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
     term = spec.term
     solver = spec.solver
     tnext, controller_state = spec.controller.init(

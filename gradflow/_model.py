@@ -106,6 +106,7 @@ def init_params(
     width: int = 16,
     init_scale: float = 1e-3,
     seed: int = 0,
+    *,
     dtype=jnp.float64,
     model: Model | None = None,
 ) -> AnyParams:
@@ -137,7 +138,7 @@ def init_params(
         raise TypeError(f"dtype must be a floating dtype, got dtype = {show(dtype)}")
     m = int(width)
     if not model.minimal:
-        return init_variant_params(d, m, init_scale, seed, dtype, model)
+        return init_variant_params(d, m, init_scale, seed, dtype=dtype, model=model)
     k0, k1, kq, kk = jax.random.split(jax.random.key(seed), 4)
 
     def normal(key, shape):

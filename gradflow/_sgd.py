@@ -324,7 +324,13 @@ def _prepare(
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
     params0, init_scale, width = initial_point(
-        chain, init_scale, params, width, seed, jdtype, model
+        chain,
+        init_scale=init_scale,
+        params=params,
+        width=width,
+        seed=seed,
+        dtype=jdtype,
+        model=model,
     )
     settings = {
         "source": kind if kind == "chain" else f"text:{source.source}",

@@ -160,7 +160,7 @@ class VariantParams(eqx.Module):
     bias: Float[Array, "*batch m"] | None
     model: Model = eqx.field(static=True)
 
-    def __init__(self, W0, W1, WQ, WK, WV=None, gain=None, bias=None, *, model):
+    def __init__(self, W0, W1, WQ, WK, WV=None, *, gain=None, bias=None, model):
         self.W0, self.W1, self.WQ, self.WK = W0, W1, WQ, WK
         self.WV, self.gain, self.bias = WV, gain, bias
         self.model = model
@@ -249,7 +249,9 @@ def num_parameters(model: Model, d: int, m: int) -> int:
 PARAM_NAMES = ("W0", "W1", "WQ", "WK", "WV", "gain", "bias")
 
 
-def init_variant_params(d, m, init_scale, seed, dtype, model: Model) -> VariantParams:
+def init_variant_params(
+    d, m, init_scale, seed, *, dtype, model: Model
+) -> VariantParams:
     """SPEC section 9's initialisation (arguments already checked): every
     matrix entry i.i.d. $N(0, \\text{init\\_scale}^2)$, `gain` 1, `bias` 0."""
     k0, k1, kq, kk, kv = jax.random.split(jax.random.key(seed), 5)

@@ -148,12 +148,12 @@ class Watch(dfx.AbstractAdaptiveSolver):
         crossed = jnp.where(code == UP, up, jnp.where(code == DOWN, down, up | down))
         fired = crossed & solver_state.armed
         interp = self.interpolation_cls(t0=t0, t1=t1, **dense_info)
-        t_root = self._locate(interp, args, fired, before, t0, t1)
+        t_root = self._locate(interp, args, fired, before, t0=t0, t1=t1)
         state = self._record(solver_state, interp, fired, t_root)
         state = eqx.tree_at(lambda s: (s.inner, s.value), state, (inner, after))
         return y1, y_error, dense_info, state, result
 
-    def _locate(self, interp, args, fired, before, t0, t1) -> Float[Array, " K"]:
+    def _locate(self, interp, args, fired, before, *, t0, t1) -> Float[Array, " K"]:
         """Bisection on the dense interpolant for each fired condition, all at
         once; zero iterations when nothing fired (a `while_loop`, so a batch
         under `vmap` iterates only while one of its members needs it)."""

@@ -25,17 +25,11 @@ EXPECTED: set[tuple[str, str, str]] = {
     ("solvers/base.py", "step", "positional"),
     # Not yet split or made keyword-only.
     ("_cli_run.py", "register", "lines"),
-    ("_integrate.py", "initial_point", "positional"),
-    ("_loop.py", "_init_state", "positional"),
     ("_stages.py", "detect_stages", "lines"),
     ("_stages.py", "rec", "positional"),
-    ("_watch.py", "_locate", "positional"),
-    ("_model.py", "init_params", "positional"),
     ("_sweep.py", "_advance", "positional"),
     ("_sweep.py", "_step", "positional"),
     ("_sweep.py", "sweep", "lines"),
-    ("_variants.py", "__init__", "positional"),
-    ("_variants.py", "init_variant_params", "positional"),
 }
 
 

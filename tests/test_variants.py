@@ -436,9 +436,13 @@ def test_variant_params_shapes_and_indexing():
     assert (batch.d, batch.m) == (5, 3)
     assert np.array_equal(batch[1].W0, 2 * p.W0) and batch[1].model == model
     with pytest.raises(ValueError, match=r"VariantParams.WQ has shape \(1, 2, 3, 3\)"):
-        gf.VariantParams(p.W0, p.W1, p.WQ[:1], p.WK, p.WV, p.gain, p.bias, model=model)
+        gf.VariantParams(
+            p.W0, p.W1, p.WQ[:1], p.WK, p.WV, gain=p.gain, bias=p.bias, model=model
+        )
     with pytest.raises(ValueError, match="VariantParams.WV is required"):
-        gf.VariantParams(p.W0, p.W1, p.WQ, p.WK, None, p.gain, p.bias, model=model)
+        gf.VariantParams(
+            p.W0, p.W1, p.WQ, p.WK, None, gain=p.gain, bias=p.bias, model=model
+        )
     with pytest.raises(ValueError, match="VariantParams.bias must be None"):
         gf.VariantParams(
             p.W0,
@@ -446,8 +450,8 @@ def test_variant_params_shapes_and_indexing():
             p.WQ,
             p.WK,
             p.WV,
-            p.gain,
-            p.bias,
+            gain=p.gain,
+            bias=p.bias,
             model=gf.Model(heads=2, layers=2, value=True, norm="rms"),
         )
 
