@@ -64,7 +64,18 @@ def register(subparsers) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    g = p.add_argument_group("chain")
+    _add_chain_arguments(p)
+    add_text_arguments(p)
+    add_model_arguments(p)
+    _add_flow_arguments(p)
+    _add_checkpoint_arguments(p)
+    _add_output_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_chain_arguments(parser: argparse.ArgumentParser) -> None:
+    """The chain: a family and its parameters, or a transition matrix."""
+    g = parser.add_argument_group("chain")
     g.add_argument(
         "--chain",
         choices=("sticky", "random", "zipf"),
@@ -109,9 +120,11 @@ def register(subparsers) -> None:
     g.add_argument(
         "--chain-seed", type=int, default=0, help="random: seed of the chain"
     )
-    add_text_arguments(p)
-    add_model_arguments(p)
-    g = p.add_argument_group("flow")
+
+
+def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flow: initialisation, final time, solver, tolerances, saves."""
+    g = parser.add_argument_group("flow")
     g.add_argument(
         "--width", type=int, default=DEFAULTS["width"], help="embedding width m"
     )
@@ -148,7 +161,11 @@ def register(subparsers) -> None:
         help="the most solver steps (default gradflow's); the partial trajectory "
         "is saved if they run out",
     )
-    g = p.add_argument_group("checkpoints")
+
+
+def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint file and how often it is written."""
+    g = parser.add_argument_group("checkpoints")
     g.add_argument(
         "--checkpoint",
         metavar="PATH",
@@ -165,13 +182,16 @@ def register(subparsers) -> None:
         default=120.0,
         help="seconds of wall time between checkpoint writes",
     )
-    g = p.add_argument_group("output")
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the files go; figures and progress bar on or off."""
+    g = parser.add_argument_group("output")
     g.add_argument(
         "--out", type=Path, default=Path("gradflow_run"), help="output directory"
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def _chain(args):

@@ -24,7 +24,6 @@ EXPECTED: set[tuple[str, str, str]] = {
     ("_watch.py", "step", "positional"),
     ("solvers/base.py", "step", "positional"),
     # Not yet split or made keyword-only.
-    ("_cli_run.py", "register", "lines"),
     ("_stages.py", "detect_stages", "lines"),
     ("_stages.py", "rec", "positional"),
     ("_sweep.py", "_advance", "positional"),
