@@ -424,6 +424,178 @@ def _check_observations(ts, observations, chain):
     return ts, obs
 
 
+def _check_detect_arguments(ts, observations, chain, thresholds, labels):
+    """`(thresholds, ts, observations, labels)` of `detect_stages`, checked in
+    the order of its arguments' errors: thresholds, chain, observations,
+    labels."""
+    th = StageThresholds() if thresholds is None else thresholds
+    if not isinstance(th, StageThresholds):
+        raise TypeError(
+            f"thresholds must be a gradflow.StageThresholds, got {type(th).__name__}"
+        )
+    if not isinstance(chain, MarkovChain):
+        raise TypeError(
+            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}"
+        )
+    ts, obs = _check_observations(ts, observations, chain)
+    if labels is None:
+        labels = chain.tokens or [str(k) for k in range(chain.d)]
+    labels = [str(x) for x in labels]
+    if len(labels) != chain.d:
+        raise ValueError(f"labels must have d = {chain.d} entries, got {len(labels)}")
+    return th, ts, obs, labels
+
+
+class _Detection:
+    """One run of the detector over a trajectory's curves: each kind of stage
+    is read off in its own step, appending records (dicts of the fields of
+    [`gradflow.Stage`][]); `stages()` sorts them into `Stage`s."""
+
+    def __init__(
+        self, c: _Curves, th: StageThresholds, chain: MarkovChain, labels: list[str]
+    ):
+        self.c, self.th, self.labels = c, th, labels
+        self.H_pi = float(chain.unigram_entropy)
+        self.log_d = float(np.log(chain.d))
+        # an interval still open at the last save ends there
+        self.last: Any = (c.ts.shape[0] - 1, 0.0)
+        self.records: list[dict[str, Any]] = []
+        self.cycle_starts: list[Any] = []
+
+    def rec(self, name, cycle, a, b, tokens=(), *, complete=True, **extra):
+        """Appends the stage `name` of `cycle` from `a` to `b` (`(i, f)`
+        points; `b` is `None` while it is still open)."""
+        c, loss = self.c, self.c.obs["loss"]
+        b = self.last if b is None else b
+        self.records.append(
+            dict(
+                name=name,
+                cycle=cycle,
+                t_start=c.time(*a),
+                t_end=c.time(*b),
+                loss_start=c.at(loss, *a),
+                loss_end=c.at(loss, *b),
+                tokens=tuple(tokens),
+                token_labels=tuple(self.labels[k] for k in tokens),
+                complete=complete,
+                **extra,
+            )
+        )
+
+    def cycle_at(self, p) -> int:
+        return 1 + sum(1 for s in self.cycle_starts if s <= p)
+
+    def new_directions(self) -> None:
+        """The openings of every singular-value ratio, numbered into cycles
+        (overlapping openings share a cycle)."""
+        c, th, last = self.c, self.th, self.last
+        directions = []
+        n = c.obs["sv_ratio"].shape[1]
+        V = c.obs["right_sv_W0"]
+        for k in range(n):
+            for a, b, _, _ in _openings(c, th, k):
+                directions.append((a, b, k))
+        directions.sort(key=lambda x: (x[0], x[2]))
+        T = c.ts.shape[0]
+        open_until, cycles = None, []
+        for a, b, _ in directions:
+            if open_until is None or a > open_until:  # a new cycle
+                self.cycle_starts.append(a)
+            cycles.append(len(self.cycle_starts) + 1)
+            if b is None:
+                open_until = (T, 0.0)
+            else:
+                open_until = b if open_until is None else max(open_until, b)
+        for (a, b, k), cyc in zip(directions, cycles):
+            v = c.at(V[:, k + 1], *(last if b is None else b))
+            tokens = [int(np.argmax(v)), int(np.argmin(v))]
+            r = c.obs["sv_ratio"][:, k]
+            self.rec(
+                "new_direction",
+                cyc,
+                a,
+                b,
+                tokens,
+                complete=b is not None,
+                sv_index=k + 1,
+                ratio_start=c.at(r, *a),
+                ratio_end=c.at(r, *(last if b is None else b)),
+                direction=tuple(v),
+            )
+
+    def plateaus(self) -> list:
+        r"""The condensation (if the loss starts nearer $\log d$ than $H(\pi)$)
+        and the plateaus; returns the plateau entries."""
+        plateaus, _ = _plateaus(self.c, self.th)
+        entries = [p[0] for p in plateaus]
+        if self.c.obs["loss"][0] > 0.5 * (self.log_d + self.H_pi):
+            end = entries[0] if entries else None
+            self.rec("condensation", 1, (0, 0.0), end, complete=end is not None)
+        for a, b in plateaus:
+            self.rec("plateau", self.cycle_at(a), a, b, complete=b is not None)
+        return entries
+
+    def focuses(self, entries: list) -> None:
+        """The focuses large enough to record, each followed by its dilution
+        (up to the next plateau entry or focus) if its tokens lost mass."""
+        c, th, last = self.c, self.th, self.last
+        mass, H = c.obs["att_mass"], c.obs["att_entropy"]
+        focuses = [
+            f
+            for f in _focus_episodes(c, th, self.H_pi)
+            if f["tokens"]
+            and f["entropy_drop"] >= th.min_entropy_drop
+            and f["mass_gain"] >= th.min_mass_change
+        ]
+        for j, f in enumerate(focuses):
+            G = f["tokens"]
+            a, b = f["start"], f["end"]
+            cyc = self.cycle_at(a)
+            self.rec(
+                "focus",
+                cyc,
+                a,
+                b,
+                G,
+                complete=f["complete"],
+                mass_start=c.at(mass, *a)[G].sum(),
+                mass_end=c.at(mass, *b)[G].sum(),
+                entropy_start=c.at(H, *a),
+                entropy_end=c.at(H, *b),
+            )
+            if not f["complete"]:
+                continue
+            stops = [p for p in entries if p > b]
+            if j + 1 < len(focuses):
+                stops.append(focuses[j + 1]["start"])
+            stop = min(stops) if stops else None
+            m0 = c.at(mass, *b)[G].sum()
+            m1 = c.at(mass, *(last if stop is None else stop))[G].sum()
+            if m0 - m1 >= th.min_mass_change:
+                self.rec(
+                    "dilution",
+                    cyc,
+                    b,
+                    stop,
+                    G,
+                    complete=stop is not None,
+                    mass_start=m0,
+                    mass_end=m1,
+                    entropy_start=c.at(H, *b),
+                    entropy_end=c.at(H, *(last if stop is None else stop)),
+                )
+
+    def stages(self) -> tuple[Stage, ...]:
+        """The records as `Stage`s, sorted by start time (ties: in the order
+        of `STAGE_KINDS`, then by singular-value index)."""
+        order = {name: i for i, name in enumerate(STAGE_KINDS)}
+        records = sorted(
+            self.records,
+            key=lambda s: (s["t_start"], order[s["name"]], s.get("sv_index") or 0),
+        )
+        return tuple(Stage(**r) for r in records)
+
+
 def detect_stages(
     ts: Float[Array, " T"],
     observations: Mapping[str, Any],
@@ -465,143 +637,14 @@ def detect_stages(
 
     **Returns:** a tuple of [`gradflow.Stage`][], sorted by start time.
     """
-    th = StageThresholds() if thresholds is None else thresholds
-    if not isinstance(th, StageThresholds):
-        raise TypeError(
-            f"thresholds must be a gradflow.StageThresholds, got {type(th).__name__}"
-        )
-    if not isinstance(chain, MarkovChain):
-        raise TypeError(
-            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}"
-        )
-    ts, obs = _check_observations(ts, observations, chain)  # pyright: ignore[reportAssignmentType]
-    if labels is None:
-        labels = chain.tokens or [str(k) for k in range(chain.d)]
-    labels = [str(x) for x in labels]
-    if len(labels) != chain.d:
-        raise ValueError(f"labels must have d = {chain.d} entries, got {len(labels)}")
-    c = _Curves(ts, obs, chain, th.rate_window)
-    T = ts.shape[0]
-    loss, H, mass = obs["loss"], obs["att_entropy"], obs["att_mass"]
-    H_pi = float(chain.unigram_entropy)
-    log_d = float(np.log(chain.d))
-    last: Any = (T - 1, 0.0)
-
-    def rec(name, cycle, a, b, tokens=(), complete=True, **extra):
-        b = last if b is None else b
-        return dict(
-            name=name,
-            cycle=cycle,
-            t_start=c.time(*a),
-            t_end=c.time(*b),
-            loss_start=c.at(loss, *a),
-            loss_end=c.at(loss, *b),
-            tokens=tuple(tokens),
-            token_labels=tuple(labels[k] for k in tokens),
-            complete=complete,
-            **extra,
-        )
-
-    # new directions first: they number the cycles
-    directions = []
-    n = obs["sv_ratio"].shape[1]
-    V = obs["right_sv_W0"]
-    for k in range(n):
-        for a, b, _, _ in _openings(c, th, k):
-            directions.append((a, b, k))
-    directions.sort(key=lambda x: (x[0], x[2]))
-    cycle_starts, open_until, cycles = [], None, []
-    for a, b, _ in directions:
-        if open_until is None or a > open_until:  # a new cycle
-            cycle_starts.append(a)
-        cycles.append(len(cycle_starts) + 1)
-        if b is None:
-            open_until = (T, 0.0)
-        else:
-            open_until = b if open_until is None else max(open_until, b)
-
-    def cycle_at(p):
-        return 1 + sum(1 for s in cycle_starts if s <= p)
-
-    records = []
-    for (a, b, k), cyc in zip(directions, cycles):
-        v = c.at(V[:, k + 1], *(last if b is None else b))
-        tokens = [int(np.argmax(v)), int(np.argmin(v))]
-        r = obs["sv_ratio"][:, k]
-        records.append(
-            rec(
-                "new_direction",
-                cyc,
-                a,
-                b,
-                tokens,
-                complete=b is not None,
-                sv_index=k + 1,
-                ratio_start=c.at(r, *a),
-                ratio_end=c.at(r, *(last if b is None else b)),
-                direction=tuple(v),
-            )
-        )
-
-    plateaus, _ = _plateaus(c, th)
-    entries = [p[0] for p in plateaus]
-    if loss[0] > 0.5 * (log_d + H_pi):
-        end = entries[0] if entries else None
-        records.append(rec("condensation", 1, (0, 0.0), end, complete=end is not None))
-    for a, b in plateaus:
-        records.append(rec("plateau", cycle_at(a), a, b, complete=b is not None))
-
-    focuses = [
-        f
-        for f in _focus_episodes(c, th, H_pi)
-        if f["tokens"]
-        and f["entropy_drop"] >= th.min_entropy_drop
-        and f["mass_gain"] >= th.min_mass_change
-    ]
-    for j, f in enumerate(focuses):
-        G = f["tokens"]
-        a, b = f["start"], f["end"]
-        cyc = cycle_at(a)
-        records.append(
-            rec(
-                "focus",
-                cyc,
-                a,
-                b,
-                G,
-                complete=f["complete"],
-                mass_start=c.at(mass, *a)[G].sum(),
-                mass_end=c.at(mass, *b)[G].sum(),
-                entropy_start=c.at(H, *a),
-                entropy_end=c.at(H, *b),
-            )
-        )
-        if not f["complete"]:
-            continue
-        stops = [p for p in entries if p > b]
-        if j + 1 < len(focuses):
-            stops.append(focuses[j + 1]["start"])
-        stop = min(stops) if stops else None
-        m0 = c.at(mass, *b)[G].sum()
-        m1 = c.at(mass, *(last if stop is None else stop))[G].sum()
-        if m0 - m1 >= th.min_mass_change:
-            records.append(
-                rec(
-                    "dilution",
-                    cyc,
-                    b,
-                    stop,
-                    G,
-                    complete=stop is not None,
-                    mass_start=m0,
-                    mass_end=m1,
-                    entropy_start=c.at(H, *b),
-                    entropy_end=c.at(H, *(last if stop is None else stop)),
-                )
-            )
-    order = {name: i for i, name in enumerate(STAGE_KINDS)}
-    records.sort(key=lambda s: (s["t_start"], order[s["name"]], s.get("sv_index") or 0))
-    return tuple(Stage(**r) for r in records)
+    th, ts, obs, labels = _check_detect_arguments(
+        ts, observations, chain, thresholds, labels
+    )
+    run = _Detection(_Curves(ts, obs, chain, th.rate_window), th, chain, labels)
+    run.new_directions()  # first: they number the cycles
+    entries = run.plateaus()
+    run.focuses(entries)
+    return run.stages()
 
 
 _EVENT_NAMES = {

@@ -24,8 +24,6 @@ EXPECTED: set[tuple[str, str, str]] = {
     ("_watch.py", "step", "positional"),
     ("solvers/base.py", "step", "positional"),
     # Not yet split or made keyword-only.
-    ("_stages.py", "detect_stages", "lines"),
-    ("_stages.py", "rec", "positional"),
     ("_sweep.py", "_advance", "positional"),
     ("_sweep.py", "_step", "positional"),
     ("_sweep.py", "sweep", "lines"),
