@@ -637,10 +637,11 @@ def detect_stages(
 
     **Returns:** a tuple of [`gradflow.Stage`][], sorted by start time.
     """
-    th, ts, obs, labels = _check_detect_arguments(
+    # `times`: `ts` as float64, cut where the saves stop being finite
+    th, times, obs, labels = _check_detect_arguments(
         ts, observations, chain, thresholds, labels
     )
-    run = _Detection(_Curves(ts, obs, chain, th.rate_window), th, chain, labels)
+    run = _Detection(_Curves(times, obs, chain, th.rate_window), th, chain, labels)
     run.new_directions()  # first: they number the cycles
     entries = run.plateaus()
     run.focuses(entries)
