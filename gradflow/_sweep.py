@@ -20,6 +20,7 @@ the stage detection after the solve and the reading of located events run on
 the host, member by member.
 """
 
+import dataclasses
 import functools
 import os
 import time
@@ -270,36 +271,490 @@ def _tree_where(mask, new, old):
     )
 
 
-def _advance(spec_static, spec_dyn, args, ts, t1, active, state):
+class _Lanes(eqx.Module):
+    """What each member brings to one chunk, stacked along the member axis:
+    the array part of its `Spec` (its `rtol`/`atol`), its chain, whether it
+    still runs, and its loop state."""
+
+    spec: Any
+    chain: MarkovChain
+    active: Any
+    state: Any
+
+
+def _advance(spec_static, lanes: _Lanes, ts, t1):
     """One chunk for one member (`vmap`ped): inactive members (finished, out
     of steps, padding) are returned unchanged."""
-    spec = eqx.combine(spec_dyn, spec_static)
+    spec = eqx.combine(lanes.spec, spec_static)
+    state = lanes.state
     # The host has read the previous chunk's events: empty the buffer.
     ws = state.solver_state
     if isinstance(ws, WatchState):
         state = eqx.tree_at(lambda s: s.solver_state, state, empty_buffer(ws))
-    t_end = jnp.where(active, t1, state.t)
-    new = _loop.run_chunk(spec, args, ts, t_end, state)
-    return _tree_where(active, new, state)
+    t_end = jnp.where(lanes.active, t1, state.t)
+    new = _loop.run_chunk(spec, lanes.chain, ts, t_end, state)
+    return _tree_where(lanes.active, new, state)
 
 
 @eqx.filter_jit
-def _step(spec_static, mesh, spec_dyn, args, ts, t1, active, state):
+def _step(spec_static, mesh, lanes: _Lanes, ts, t1):
     """The batched chunk: `vmap` over a device's members inside `shard_map`
     over the mesh, so each device loops only while its own members need
     steps. Static parts (solver, chunk size, mesh) are the compile key: a
     second sweep of the same shapes reuses the compiled chunk."""
     batched = jax.vmap(
-        functools.partial(_advance, spec_static), in_axes=(0, 0, None, None, 0, 0)
+        functools.partial(_advance, spec_static), in_axes=(0, None, None)
     )
     m, r = PartitionSpec(_AXIS), PartitionSpec()
     return jax.shard_map(
         batched,
         mesh=mesh,
-        in_specs=(m, m, r, r, m, m),
+        in_specs=(m, r, r),
         out_specs=m,
         check_vma=False,
-    )(spec_dyn, args, ts, t1, active, state)
+    )(lanes, ts, t1)
+
+
+# -- validation and preparation ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A sweep's members, checked and prepared (nothing compiled yet)."""
+
+    chains: tuple[MarkovChain, ...]
+    chain_labels: dict[str, tuple]
+    given_params: bool
+    members: tuple[Member, ...]
+    setups: tuple[Any, ...]  # one `gradflow._integrate.prepare` per member
+    observer: Observer
+    save_attention: bool
+    devices: tuple
+    checkpoint: Any
+    checkpoint_every: float
+
+    @property
+    def first(self):
+        """The first member's setup: what all members share (`ts`, `t1`,
+        `dtype`, `max_steps`)."""
+        return self.setups[0]
+
+
+def _member_axes(chains, init_scale, params, seeds) -> list[tuple]:
+    """`(chain, init_scale, seed, start)` of every member, in C order: random
+    starts (`start` is `None`) or given ones (`init_scale`, `seed` `None`)."""
+    if params is not None:
+        if init_scale is not None:
+            raise ValueError(
+                "give exactly one of init_scale (random starts) and params (given "
+                f"starts), got init_scale={init_scale!r} and params=..."
+            )
+        if not (
+            isinstance(seeds, (int, np.integer))
+            and not isinstance(seeds, bool)
+            and seeds == 0
+        ):
+            raise ValueError(
+                f"seeds has no effect with given params; leave it at 0, got seeds = {show(seeds)}"
+            )
+        n_params = _check_param_batch(params, chains[0].d)
+        return [(c, None, None, k) for c in range(len(chains)) for k in range(n_params)]
+    if init_scale is None:
+        raise ValueError(
+            "give exactly one of init_scale (random starts) and params (given "
+            "starts), got init_scale=None and params=None"
+        )
+    scales = _as_list("init_scale", init_scale, check_init_scale)
+    seed_list = _as_list("seeds", seeds, check_seed)
+    return [
+        (c, k, s, None) for c in range(len(chains)) for k in scales for s in seed_list
+    ]
+
+
+def _prepare_members(chains, axes, params, chain_labels, solo: dict):
+    """`(setups, members)`: every member prepared as a solo integrate call
+    with the arguments `solo` prepares it (the shared arguments are checked by
+    the first one, before any member is drawn)."""
+    setups, members = [], []
+    for i, (c, scale, seed, k) in enumerate(axes):
+        point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
+        try:
+            setup = prepare(
+                chains[c], init_scale=scale, params=point,
+                seed=0 if seed is None else seed, **solo,
+            )  # fmt: skip
+        except (TypeError, ValueError) as e:
+            if i == 0:
+                raise
+            raise type(e)(f"member {i}: {e}") from None
+        setups.append(setup)
+        members.append(
+            Member(
+                index=i,
+                chain=c,
+                init_scale=scale,
+                seed=seed,
+                start=k,
+                labels={name: v[c] for name, v in chain_labels.items()},
+            )
+        )
+    return tuple(setups), tuple(members)
+
+
+def _prepare(
+    chains,
+    *,
+    init_scale,
+    params,
+    seeds,
+    labels,
+    devices,
+    stages,
+    events,
+    thresholds,
+    save_attention,
+    checkpoint,
+    checkpoint_every,
+    solo: dict,
+) -> _Plan:
+    """Checks every argument of `sweep` (in the order of its errors) and
+    prepares every member."""
+    chains = _check_chains(chains)
+    d = chains[0].d
+    chain_labels = _check_labels(labels, len(chains))
+    axes = _member_axes(chains, init_scale, params, seeds)
+    devices = _check_devices(devices)
+    events = check_events(events)
+    thresholds = check_thresholds(thresholds)
+    checkpoint = check_path(checkpoint)
+    checkpoint_every = check_every(checkpoint_every)
+    if save_attention is None:
+        save_attention = d <= MAX_SAVED_ATTENTION_D
+    observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
+    setups, members = _prepare_members(chains, axes, params, chain_labels, solo)
+    return _Plan(
+        chains=chains,
+        chain_labels=chain_labels,
+        given_params=params is not None,
+        members=members,
+        setups=setups,
+        observer=observer,
+        save_attention=bool(save_attention),
+        devices=devices,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+    )
+
+
+def _settings(plan: _Plan) -> tuple[list[dict], dict]:
+    """`(settings of each member, settings of the sweep)`."""
+    settings_of = [
+        solve_settings(s, plan.observer, plan.save_attention) for s in plan.setups
+    ]
+    members, setups = plan.members, plan.setups
+    random = not plan.given_params
+    sweep_settings = {
+        **{
+            k: v
+            for k, v in settings_of[0].items()
+            if k not in ("init_scale", "seed", "rtol", "atol")
+        },
+        "num_members": len(setups),
+        "num_chains": len(plan.chains),
+        "init_scale": [m.init_scale for m in members] if random else None,
+        "seeds": (
+            sorted({m.seed for m in members if m.seed is not None}) if random else None
+        ),
+        "rtol": [s.rtol for s in setups],
+        "atol": [s.atol for s in setups],
+        "labels": {k: list(v) for k, v in plan.chain_labels.items()},
+    }
+    return settings_of, sweep_settings
+
+
+def _checkpointer(plan: _Plan, sweep_settings: dict) -> Checkpointer | None:
+    """The sweep's checkpoint file (loaded if it exists), or `None`."""
+    if plan.checkpoint is None:
+        return None
+    inputs = {
+        "P": np.stack([np.asarray(c.P) for c in plan.chains]),
+        "pi": np.stack([np.asarray(c.pi) for c in plan.chains]),
+        "ts": plan.first.ts,
+        **pack_tree("params0", _stack([s.params0 for s in plan.setups])),
+    }
+    return Checkpointer(
+        plan.checkpoint,
+        "sweep",
+        dict(sweep_settings, layout=CHECKPOINT_LAYOUT),
+        inputs,
+        plan.checkpoint_every,
+    )
+
+
+# -- the batch -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """The members on the devices: specs (`rtol`/`atol` arrays per member),
+    chains and initial loop states stacked along the member axis, padded to
+    a multiple of the device count by repeating member 0, sharded over the
+    mesh; and what a checkpoint brought back."""
+
+    n: int  # members, without the padding
+    n_pad: int
+    mesh: Mesh
+    sharded: NamedSharding
+    spec_static: Any
+    spec: Any
+    chain: MarkovChain
+    state: Any
+    ts: Any
+    t1: Any
+    records: list[list[EventRecord]]  # events read so far, per member
+    resumed_from: list[float] | None
+
+    def lanes(self, active: np.ndarray, state) -> _Lanes:
+        """The inputs of one chunk: `active` says which members step."""
+        mask = np.concatenate([active, np.zeros(self.n_pad, bool)])
+        return _Lanes(
+            spec=self.spec,
+            chain=self.chain,
+            active=_put(mask, self.sharded),
+            state=state,
+        )
+
+
+def _build_batch(plan: _Plan, ckpt: Checkpointer | None) -> _Batch:
+    """The members' specs, chains and initial states (or the checkpoint's
+    states), stacked, padded and put on the devices."""
+    setups, observer = plan.setups, plan.observer
+    n = len(setups)
+    n_pad = -n % len(plan.devices)
+    order = list(range(n)) + [0] * n_pad
+    specs = [solve_spec(s, observer) for s in setups]
+    _, spec_static = eqx.partition(specs[0], eqx.is_array)
+    spec_dyn = _stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
+    chain0 = plan.chains[0]
+    ref = MarkovChain(np.asarray(chain0.P), pi=np.asarray(chain0.pi))
+    chain_def = jax.tree.structure(ref)
+    args = jax.tree.unflatten(
+        chain_def,
+        [
+            np.stack([np.asarray(leaf) for leaf in group])
+            for group in zip(*(jax.tree.leaves(setups[i].chain_dt) for i in order))
+        ],
+    )
+    first = plan.first
+    ts_j = jnp.asarray(first.ts, first.dtype)
+    t0_j, t1_j = jnp.asarray(0.0, first.dtype), jnp.asarray(first.t1, first.dtype)
+    host_state = _stack(
+        [
+            init_state(
+                specs[i],
+                y0=setups[i].params0,
+                args=setups[i].chain_dt,
+                t0=t0_j,
+                t1=t1_j,
+                ts=ts_j,
+            )  # fmt: skip
+            for i in range(n)
+        ]
+    )
+    records: list[list[EventRecord]] = [[] for _ in range(n)]
+    resumed_from = None
+    if ckpt is not None and ckpt.state is not None:
+        meta, arrays = ckpt.state
+        host_state = unpack_tree("state", arrays, host_state)
+        records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
+        resumed_from = [float(t) for t in np.asarray(host_state.t)]
+
+    mesh = Mesh(np.asarray(plan.devices), (_AXIS,))
+    sharded = NamedSharding(mesh, PartitionSpec(_AXIS))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    pad = np.asarray(order)
+    return _Batch(
+        n=n,
+        n_pad=n_pad,
+        mesh=mesh,
+        sharded=sharded,
+        spec_static=spec_static,
+        spec=_put(spec_dyn, sharded),
+        chain=_put(args, sharded),
+        state=_put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), sharded),
+        ts=_put(np.asarray(ts_j), replicated),
+        t1=_put(np.asarray(t1_j), replicated),
+        records=records,
+        resumed_from=resumed_from,
+    )
+
+
+# -- running it ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outcome:
+    """Where the solve stopped: the members' final loop states (on the host,
+    padding dropped), their events, and why it stopped."""
+
+    state: Any
+    records: list[list[EventRecord]]
+    out_of_steps: np.ndarray
+    interrupted: bool
+    num_chunks: int
+
+
+def _read_events(state, plan: _Plan, records: list[list[EventRecord]]) -> np.ndarray:
+    """Reads the chunk's located events into `records` (host side); returns
+    which members had any."""
+    n = len(plan.setups)
+    ws = state.solver_state
+    if not isinstance(ws, WatchState):
+        return np.zeros(n, bool)
+    count, lost = _to_host((ws.count, ws.lost))
+    count, lost = count[:n], lost[:n]
+    if (lost > 0).any():
+        i = int(np.flatnonzero(lost > 0)[0])
+        raise RuntimeError(
+            f"member {i}: more than {ws.t.shape[-1]} events fired within one "
+            "chunk of steps; a condition is chattering around its threshold"
+        )
+    if not count.any():
+        return count > 0
+    t_buf, i_buf, y_buf = _to_host((ws.t, ws.index, ws.y))
+    for i in np.flatnonzero(count):
+        for j in range(int(count[i])):
+            y = jax.tree.map(lambda x, i=i, j=j: x[i, j], y_buf)
+            crossing = Crossing(float(t_buf[i, j]), int(i_buf[i, j]), y)
+            chain = plan.setups[i].chain_dt
+            records[i].append(event_record(plan.observer, crossing, chain))
+    return count > 0
+
+
+def _write_checkpoint(ckpt, host_state, records, n: int) -> None:
+    """Writes the members' states and events so far (process 0 only)."""
+    if jax.process_index() == 0:
+        meta = {
+            "t_now": [float(t) for t in host_state.t[:n]],
+            "events": [[r.to_dict() for r in rs] for rs in records],
+        }
+        trimmed = jax.tree.map(lambda x: x[:n], host_state)
+        assert ckpt is not None
+        ckpt.write(meta, pack_tree("state", trimmed))
+
+
+def _run(plan: _Plan, batch: _Batch, ckpt, *, progress: bool) -> _Outcome:
+    """Advances the batch chunk by chunk until no member needs steps (or
+    Ctrl-C), reading each chunk's events and writing the checkpoint when one
+    is due."""
+    n, first, state = batch.n, plan.first, batch.state
+    records = [list(rs) for rs in batch.records]
+    out_of_steps = np.zeros(n, bool)
+    interrupted = False
+    num_chunks = 0
+    t1 = first.t1
+    main = jax.process_index() == 0
+    with (
+        deferred_interrupt() as interrupt,
+        host_progress(
+            n * t1, enabled=bool(progress) and main, description=f"sweep of {n}"
+        ) as bar,
+    ):
+        while True:
+            result, steps, t_now = _to_host(
+                (state.result._value, state.num_steps, state.t)
+            )
+            # Out of steps: still at a chunk boundary with max_steps taken
+            # (recomputed each time: a resumed sweep may raise max_steps).
+            running = result[:n] == _RUNNING
+            out_of_steps = running & (steps[:n] >= first.max_steps)
+            active = running & ~out_of_steps
+            bar.update(
+                float(np.minimum(t_now[:n], t1).sum()), f"{int(active.sum())} running"
+            )
+            if not active.any():
+                break
+            state = _step(
+                batch.spec_static,
+                batch.mesh,
+                batch.lanes(active, state),
+                batch.ts,
+                batch.t1,
+            )
+            num_chunks += 1
+            fired = _read_events(state, plan, records)
+            flags = _agree(
+                np.array(
+                    [
+                        interrupt.requested,
+                        ckpt is not None and (fired.any() or ckpt.due()),
+                    ]
+                )
+            )
+            if flags[0]:
+                interrupted = True
+                break
+            if flags[1]:
+                _write_checkpoint(ckpt, _to_host(state), records, n)
+        host_state = jax.tree.map(lambda x: x[:n], _to_host(state))
+        if ckpt is not None:
+            _write_checkpoint(ckpt, host_state, records, n)
+    return _Outcome(
+        state=host_state,
+        records=records,
+        out_of_steps=out_of_steps,
+        interrupted=interrupted,
+        num_chunks=num_chunks,
+    )
+
+
+# -- the result ----------------------------------------------------------------
+
+
+def _assemble(
+    plan: _Plan, batch: _Batch, outcome: _Outcome, *, settings_of, sweep_settings, start
+) -> Sweep:
+    """Each member's `Trajectory`, built by the same code as a solo call's,
+    and the `Sweep` of them."""
+    host_state, resumed_from = outcome.state, batch.resumed_from
+    trajs = []
+    wall = time.perf_counter() - start
+    for i, setup in enumerate(plan.setups):
+        member_state = jax.tree.map(lambda x, i=i: jnp.asarray(x[i]), host_state)
+        driven = Driven(
+            state=member_state,
+            crossings=[],
+            interrupted=outcome.interrupted,
+            out_of_steps=bool(outcome.out_of_steps[i]),
+            resumed_from=None if resumed_from is None else resumed_from[i],
+            wall_time=wall,
+        )
+        traj = build_trajectory(
+            setup, settings=settings_of[i], observer=plan.observer, driven=driven,
+            records=outcome.records[i], save_attention=plan.save_attention,
+        )  # fmt: skip
+        trajs.append(traj)
+    loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)
+    stats = {
+        "num_members": batch.n,
+        "num_devices": len(plan.devices),
+        "num_processes": jax.process_count(),
+        "padding": batch.n_pad,
+        "num_chunks": outcome.num_chunks,
+        "num_steps": [int(x) for x in host_state.num_steps],
+        "resumed": resumed_from is not None,
+        "wall_time": time.perf_counter() - start,
+    }
+    return Sweep(
+        trajectories=tuple(trajs),
+        members=plan.members,
+        chains=plan.chains,
+        labels=plan.chain_labels,
+        ts=np.asarray(plan.first.ts),
+        loss=np.asarray(loss),
+        settings=sweep_settings,
+        stats=stats,
+    )
 
 
 # -- the sweep -----------------------------------------------------------------
@@ -389,286 +844,25 @@ def sweep(
     ```
     """
     start = time.perf_counter()
-    chains = _check_chains(chains)
-    d = chains[0].d
-    chain_labels = _check_labels(labels, len(chains))
-    if params is not None:
-        if init_scale is not None:
-            raise ValueError(
-                "give exactly one of init_scale (random starts) and params (given "
-                f"starts), got init_scale={init_scale!r} and params=..."
-            )
-        if not (
-            isinstance(seeds, (int, np.integer))
-            and not isinstance(seeds, bool)
-            and seeds == 0
-        ):
-            raise ValueError(
-                f"seeds has no effect with given params; leave it at 0, got seeds = {show(seeds)}"
-            )
-        n_params = _check_param_batch(params, d)
-        axes = [(c, None, None, k) for c in range(len(chains)) for k in range(n_params)]
-    else:
-        if init_scale is None:
-            raise ValueError(
-                "give exactly one of init_scale (random starts) and params (given "
-                "starts), got init_scale=None and params=None"
-            )
-        scales = _as_list("init_scale", init_scale, check_init_scale)
-        seed_list = _as_list("seeds", seeds, check_seed)
-        axes = [
-            (c, k, s, None)
-            for c in range(len(chains))
-            for k in scales
-            for s in seed_list
-        ]
-    devices = _check_devices(devices)
-    events = check_events(events)
-    thresholds = check_thresholds(thresholds)
-    checkpoint = check_path(checkpoint)
-    checkpoint_every = check_every(checkpoint_every)
-    if save_attention is None:
-        save_attention = d <= MAX_SAVED_ATTENTION_D
-    save_attention = bool(save_attention)
-    observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
-
-    # Every member prepared as a solo integrate call prepares it (the shared
-    # arguments are checked by the first one, before any member is drawn).
-    setups, members = [], []
-    for i, (c, scale, seed, k) in enumerate(axes):
-        point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
-        try:
-            setup = prepare(
-                chains[c], init_scale=scale, params=point, width=width, t1=t1,
-                ts=ts, seed=0 if seed is None else seed, solver=solver,
-                rtol=rtol, atol=atol, max_steps=max_steps, dtype=dtype,
-                model=model,
-            )  # fmt: skip
-        except (TypeError, ValueError) as e:
-            if i == 0:
-                raise
-            raise type(e)(f"member {i}: {e}") from None
-        setups.append(setup)
-        members.append(
-            Member(
-                index=i,
-                chain=c,
-                init_scale=scale,
-                seed=seed,
-                start=k,
-                labels={name: v[c] for name, v in chain_labels.items()},
-            )
-        )
-    first = setups[0]
-    settings_of = [solve_settings(s, observer, save_attention) for s in setups]
-    sweep_settings = {
-        **{
-            k: v
-            for k, v in settings_of[0].items()
-            if k not in ("init_scale", "seed", "rtol", "atol")
-        },
-        "num_members": len(setups),
-        "num_chains": len(chains),
-        "init_scale": [m.init_scale for m in members] if params is None else None,
-        "seeds": sorted({m.seed for m in members}) if params is None else None,
-        "rtol": [s.rtol for s in setups],
-        "atol": [s.atol for s in setups],
-        "labels": {k: list(v) for k, v in chain_labels.items()},
-    }
-    ckpt = None
-    if checkpoint is not None:
-        inputs = {
-            "P": np.stack([np.asarray(c.P) for c in chains]),
-            "pi": np.stack([np.asarray(c.pi) for c in chains]),
-            "ts": first.ts,
-            **pack_tree("params0", _stack([s.params0 for s in setups])),
-        }
-        ckpt = Checkpointer(
-            checkpoint,
-            "sweep",
-            dict(sweep_settings, layout=CHECKPOINT_LAYOUT),
-            inputs,
-            checkpoint_every,
-        )
-
-    # The batch: specs (rtol/atol arrays per member), chains and initial
-    # states stacked along the member axis, padded to the device count.
-    n = len(setups)
-    n_pad = -n % len(devices)
-    order = list(range(n)) + [0] * n_pad
-    specs = [solve_spec(s, observer) for s in setups]
-    spec_dyn0, spec_static = eqx.partition(specs[0], eqx.is_array)
-    spec_dyn = _stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
-    ref = MarkovChain(np.asarray(chains[0].P), pi=np.asarray(chains[0].pi))
-    chain_def = jax.tree.structure(ref)
-    args = jax.tree.unflatten(
-        chain_def,
-        [
-            np.stack([np.asarray(leaf) for leaf in group])
-            for group in zip(*(jax.tree.leaves(setups[i].chain_dt) for i in order))
-        ],
-    )
-    jdtype = first.dtype
-    ts_j = jnp.asarray(first.ts, jdtype)
-    t0_j, t1_j = jnp.asarray(0.0, jdtype), jnp.asarray(first.t1, jdtype)
-    states = [
-        init_state(
-            specs[i],
-            y0=setups[i].params0,
-            args=setups[i].chain_dt,
-            t0=t0_j,
-            t1=t1_j,
-            ts=ts_j,
-        )  # fmt: skip
-        for i in range(n)
-    ]
-    host_state = _stack(states)
-    records: list[list[EventRecord]] = [[] for _ in range(n)]
-    out_of_steps = np.zeros(n, bool)
-    resumed_from = None
-    if ckpt is not None and ckpt.state is not None:
-        meta, arrays = ckpt.state
-        host_state = unpack_tree("state", arrays, host_state)
-        records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
-        resumed_from = [float(t) for t in np.asarray(host_state.t)]
-    del states
-
-    mesh = Mesh(np.asarray(devices), (_AXIS,))
-    sharded = NamedSharding(mesh, PartitionSpec(_AXIS))
-    replicated = NamedSharding(mesh, PartitionSpec())
-    pad = np.asarray(order)
-    state = _put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), sharded)
-    spec_dyn = _put(spec_dyn, sharded)
-    args = _put(args, sharded)
-    ts_d = _put(np.asarray(ts_j), replicated)
-    t1_d = _put(np.asarray(t1_j), replicated)
-    chain_of = [s.chain_dt for s in setups]
-    main = jax.process_index() == 0
-
-    def watch(state) -> np.ndarray:
-        """Reads the chunk's located events (host side); returns whether any."""
-        ws = state.solver_state
-        if not isinstance(ws, WatchState):
-            return np.zeros(n, bool)
-        count, lost = _to_host((ws.count, ws.lost))
-        count, lost = count[:n], lost[:n]
-        if (lost > 0).any():
-            i = int(np.flatnonzero(lost > 0)[0])
-            raise RuntimeError(
-                f"member {i}: more than {ws.t.shape[-1]} events fired within one "
-                "chunk of steps; a condition is chattering around its threshold"
-            )
-        if not count.any():
-            return count > 0
-        t_buf, i_buf, y_buf = _to_host((ws.t, ws.index, ws.y))
-        for i in np.flatnonzero(count):
-            for j in range(int(count[i])):
-                y = jax.tree.map(lambda x, i=i, j=j: x[i, j], y_buf)
-                crossing = Crossing(float(t_buf[i, j]), int(i_buf[i, j]), y)
-                records[i].append(event_record(observer, crossing, chain_of[i]))
-        return count > 0
-
-    def write(host_state):
-        if main:
-            meta = {
-                "t_now": [float(t) for t in host_state.t[:n]],
-                "events": [[r.to_dict() for r in rs] for rs in records],
-            }
-            trimmed = jax.tree.map(lambda x: x[:n], host_state)
-            assert ckpt is not None
-            ckpt.write(meta, pack_tree("state", trimmed))
-
-    interrupted = False
-    num_chunks = 0
-    t1 = first.t1
-    with (
-        deferred_interrupt() as interrupt,
-        host_progress(
-            n * t1, enabled=bool(progress) and main, description=f"sweep of {n}"
-        ) as bar,
-    ):
-        while True:
-            result, steps, t_now = _to_host(
-                (state.result._value, state.num_steps, state.t)
-            )
-            # Out of steps: still at a chunk boundary with max_steps taken
-            # (recomputed each time: a resumed sweep may raise max_steps).
-            running = result[:n] == _RUNNING
-            out_of_steps = running & (steps[:n] >= first.max_steps)
-            active = running & ~out_of_steps
-            bar.update(
-                float(np.minimum(t_now[:n], t1).sum()), f"{int(active.sum())} running"
-            )
-            if not active.any():
-                break
-            state = _step(
-                spec_static,
-                mesh,
-                spec_dyn,
-                args,
-                ts_d,
-                t1_d,
-                _put(np.concatenate([active, np.zeros(n_pad, bool)]), sharded),
-                state,
-            )
-            num_chunks += 1
-            fired = watch(state)
-            flags = _agree(
-                np.array(
-                    [
-                        interrupt.requested,
-                        ckpt is not None and (fired.any() or ckpt.due()),
-                    ]
-                )
-            )
-            if flags[0]:
-                interrupted = True
-                break
-            if flags[1]:
-                write(_to_host(state))
-        host_state = jax.tree.map(lambda x: x[:n], _to_host(state))
-        if ckpt is not None:
-            write(host_state)
-
-    trajs = []
-    wall = time.perf_counter() - start
-    for i, setup in enumerate(setups):
-        member_state = jax.tree.map(lambda x, i=i: jnp.asarray(x[i]), host_state)
-        driven = Driven(
-            state=member_state,
-            crossings=[],
-            interrupted=interrupted,
-            out_of_steps=bool(out_of_steps[i]),
-            resumed_from=None if resumed_from is None else resumed_from[i],
-            wall_time=wall,
-        )
-        traj = build_trajectory(
-            setup, settings=settings_of[i], observer=observer, driven=driven,
-            records=records[i], save_attention=save_attention,
-        )  # fmt: skip
-        trajs.append(traj)
-    loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)
-    stats = {
-        "num_members": n,
-        "num_devices": len(devices),
-        "num_processes": jax.process_count(),
-        "padding": n_pad,
-        "num_chunks": num_chunks,
-        "num_steps": [int(x) for x in host_state.num_steps],
-        "resumed": resumed_from is not None,
-        "wall_time": time.perf_counter() - start,
-    }
-    result = Sweep(
-        trajectories=tuple(trajs),
-        members=tuple(members),
-        chains=chains,
-        labels=chain_labels,
-        ts=np.asarray(first.ts),
-        loss=np.asarray(loss),
-        settings=sweep_settings,
-        stats=stats,
-    )
-    if interrupted:
+    plan = _prepare(
+        chains, init_scale=init_scale, params=params, seeds=seeds, labels=labels,
+        devices=devices, stages=stages, events=events, thresholds=thresholds,
+        save_attention=save_attention, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        solo=dict(
+            width=width, t1=t1, ts=ts, solver=solver, rtol=rtol, atol=atol,
+            max_steps=max_steps, dtype=dtype, model=model,
+        ),
+    )  # fmt: skip
+    settings_of, sweep_settings = _settings(plan)
+    ckpt = _checkpointer(plan, sweep_settings)
+    batch = _build_batch(plan, ckpt)
+    outcome = _run(plan, batch, ckpt, progress=progress)
+    result = _assemble(
+        plan, batch, outcome, settings_of=settings_of,
+        sweep_settings=sweep_settings, start=start,
+    )  # fmt: skip
+    if outcome.interrupted:
         where = (
             f"; the checkpoint '{ckpt.path}' holds the state: run the same call "
             "again to resume"

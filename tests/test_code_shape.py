@@ -23,10 +23,6 @@ EXPECTED: set[tuple[str, str, str]] = {
     ("_resume.py", "adapt_step_size", "positional"),
     ("_watch.py", "step", "positional"),
     ("solvers/base.py", "step", "positional"),
-    # Not yet split or made keyword-only.
-    ("_sweep.py", "_advance", "positional"),
-    ("_sweep.py", "_step", "positional"),
-    ("_sweep.py", "sweep", "lines"),
 }
 
 
