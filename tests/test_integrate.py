@@ -7,6 +7,7 @@ from reference import flatten, loss_and_grad, unflatten
 from scipy.integrate import cumulative_simpson, solve_ivp
 
 import gradflow as gf
+from gradflow._integrate import DEFAULT_NUM_SAVES
 
 
 STICKY = gf.chains.sticky(6, 0.5, 0.5, 0.05)
@@ -77,7 +78,10 @@ def test_linear_regime_growth_rate_and_directions():
 
 def test_energy_identity_along_trajectory():
     """dL/dt = -|grad L|^2: the loss drop equals the integral of |grad L|^2."""
-    ts = np.linspace(20.0, 60.0, 801)
+    # As many saves as the default (798): the solve compiled for the
+    # condensation fixture (width 8, stages on) is reused; rtol is not a
+    # compile-time constant.
+    ts = np.linspace(20.0, 60.0, DEFAULT_NUM_SAVES)
     # rtol 1e-8 (not the default 1e-5) so that the solver's error is below the
     # quadrature's and the identity itself is what is checked
     traj = gf.integrate(
@@ -139,7 +143,10 @@ def test_agrees_with_independent_implementation(seed):
     """Default settings vs SciPy DOP853 at rtol 1e-11 on the NumPy reference."""
     chain = gf.chains.random(4, seed=seed, concentration=0.5)
     params = random_params(4, 3, 0.05, seed)
-    ts = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 1500)])
+    # 401 saves: the solve compiled for tests/test_properties.py's energy
+    # identity (d = 4, width 3, stages on, 401 saves) is reused. Both solutions
+    # are read on the same grid, so its resolution does not enter the check.
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 400)])
     traj = gf.integrate(chain, params=params, t1=3000.0, ts=ts, progress=False)
     assert traj.ok, traj.message
     ref_loss, ref_final = _reference_solution(chain, params, ts)
@@ -298,7 +305,10 @@ def test_tiny_init_scale_goes_through_the_stages():
 @pytest.fixture(scope="module")
 def large_start():
     """init_scale = 10: the softmax starts saturated (initial loss ~ 500)."""
-    return gf.integrate(STICKY, 10.0, t1=50.0, stages=False, progress=False)
+    # 4001 saves: the solve compiled for the tiny-init-scale test (width 16,
+    # stages off, 4001 saves) is reused.
+    ts = np.linspace(0.0, 50.0, 4001)
+    return gf.integrate(STICKY, 10.0, t1=50.0, ts=ts, stages=False, progress=False)
 
 
 def test_large_init_scale_loses_the_flow_and_is_detected(large_start):
