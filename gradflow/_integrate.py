@@ -36,6 +36,7 @@ from ._loop import (
     init_state,
     make_controller,
     pack_state,
+    padded_save_times,
     unpack_state,
 )
 from ._model import (
@@ -725,7 +726,7 @@ def check_thresholds(thresholds) -> StageThresholds:
 MAX_SAVED_ATTENTION_D = 64
 # The layout of integrate's checkpoints (the loop state written whole); a
 # checkpoint of an older layout is refused, naming this setting.
-CHECKPOINT_LAYOUT = "loop-state-2"
+CHECKPOINT_LAYOUT = "loop-state-3"
 
 
 def solve_settings(setup: _Setup, observer: Observer, save_attention: bool) -> dict:
@@ -790,7 +791,10 @@ def solve(
     spec = solve_spec(setup, observer)
     chain = setup.chain_dt
     jdtype = setup.dtype
-    ts = jnp.asarray(setup.ts, jdtype)
+    # The save buffer has a bucketed length (one compilation for nearby numbers
+    # of saves); `_saves` reads the first len(setup.ts).
+    ts_padded = padded_save_times(setup.ts)
+    ts = jnp.asarray(ts_padded, jdtype)
     state = init_state(
         spec,
         y0=setup.params0,
@@ -825,7 +829,7 @@ def solve(
             spec,
             state,
             chain,
-            setup.ts,
+            ts_padded,
             setup.t1,
             max_steps=setup.max_steps,
             on_chunk=lambda s: bar.update(float(s.t)),
@@ -853,8 +857,9 @@ def _saves(setup: _Setup, state: LoopState, ok: bool):
     """The saved points reached, as NumPy arrays; a failed solve also keeps its
     last finite state, so no computed work is lost (the one rule for the last
     point)."""
-    filled = np.asarray(state.filled)
-    saved = jax.tree.map(lambda x: np.asarray(x)[filled], state.saved)
+    n = setup.ts.shape[0]  # the save buffer may be longer (padded_save_times)
+    filled = np.asarray(state.filled)[:n]
+    saved = jax.tree.map(lambda x: np.asarray(x)[:n][filled], state.saved)
     ts_out = setup.ts[filled]
     keep = np.isfinite(saved["loss"])
     saved = jax.tree.map(lambda x: x[keep], saved)

@@ -82,6 +82,28 @@ class LoopState(eqx.Module):
     result: Any
 
 
+def save_buffer_size(num_saves: int) -> int:
+    """The length of the save buffer for `num_saves` save times: the smallest
+    of 16, 24, 32, 48, 64, 96, ... (2^k and 3 * 2^(k - 1)) that holds them.
+
+    The compiled solve depends on the number of saves only through this size,
+    so calls with, say, 300 and 301 saves (or 798 and 801) share one
+    compilation; the buffer is at most 1.5 times longer than needed."""
+    size = 16
+    while size < num_saves:
+        size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
+    return size
+
+
+def padded_save_times(ts: np.ndarray) -> np.ndarray:
+    """`ts` lengthened to [`save_buffer_size`][] by repeating its last time.
+    A repeated time saves the same interpolation as the last one (the steps
+    do not depend on the save times); read the first `len(ts)` saves only."""
+    ts = np.asarray(ts)
+    extra = save_buffer_size(ts.shape[0]) - ts.shape[0]
+    return np.concatenate([ts, np.full(extra, ts[-1], ts.dtype)])
+
+
 def _zeros(shape_tree):
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shape_tree)
 
@@ -328,6 +350,8 @@ def unpack_state(arrays: dict, like: LoopState) -> LoopState:
 
 
 __all__ = [
+    "padded_save_times",
+    "save_buffer_size",
     "CHUNK_STEPS",
     "Crossing",
     "Driven",

@@ -29,6 +29,7 @@ from jaxtyping import Array, Float
 
 from ._chain import MarkovChain
 from ._diagnostics import point_diagnostics
+from ._loop import save_buffer_size
 from ._model import AnyParams, Params, attention_summary, population_loss
 from ._records import EventRecord
 from ._stage_types import STAGE_KINDS, Stage, StageThresholds
@@ -83,8 +84,9 @@ def observe_params(
     r"""[`gradflow.observe`][] at every saved point: `params` with a leading
     time axis of length `len(ts)` (a trajectory's `traj.params`, an SGD run's).
 
-    Evaluated in batches of `batch` saves (the last one padded, so one
-    compilation serves every length). **Returns:** a dict of NumPy arrays with
+    Evaluated in batches of at most `batch` saves (the last one padded, so one
+    compilation serves every length above `batch`, and one each bucket of
+    `save_buffer_size` below). **Returns:** a dict of NumPy arrays with
     a leading time axis.
     """
     ts = np.asarray(ts, dtype=np.float64)
@@ -96,7 +98,9 @@ def observe_params(
     dtype = jnp.asarray(params.W0).dtype
     chain_dt = jax.tree.map(lambda x: jnp.asarray(x, dtype), chain)
     T = ts.shape[0]
-    size = min(batch, T)
+    # batches of a bucketed length (the last point repeated): one compilation
+    # serves nearby numbers of saves, as for the solve's save buffer
+    size = min(batch, save_buffer_size(T))
     chunks = []
     for lo in range(0, T, size):
         hi = min(lo + size, T)

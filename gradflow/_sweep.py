@@ -59,7 +59,7 @@ from ._integrate import (
     solve_settings,
     solve_spec,
 )
-from ._loop import Crossing, Driven, init_state
+from ._loop import Crossing, Driven, init_state, padded_save_times
 from ._model import AnyParams, Params, param_arrays
 from ._observe import Observer
 from ._progress import host_progress
@@ -70,7 +70,7 @@ from ._variants import Model, VariantParams
 from ._watch import WatchState, empty_buffer
 
 
-CHECKPOINT_LAYOUT = "sweep-state-1"
+CHECKPOINT_LAYOUT = "sweep-state-2"
 _AXIS = "members"
 
 
@@ -546,7 +546,8 @@ def _build_batch(plan: _Plan, ckpt: Checkpointer | None) -> _Batch:
         ],
     )
     first = plan.first
-    ts_j = jnp.asarray(first.ts, first.dtype)
+    # a bucketed save buffer, as in `integrate` (`padded_save_times`)
+    ts_j = jnp.asarray(padded_save_times(first.ts), first.dtype)
     t0_j, t1_j = jnp.asarray(0.0, first.dtype), jnp.asarray(first.t1, first.dtype)
     host_state = _stack(
         [
@@ -734,7 +735,8 @@ def _assemble(
             records=outcome.records[i], save_attention=plan.save_attention,
         )  # fmt: skip
         trajs.append(traj)
-    loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)
+    n_saves = plan.first.ts.shape[0]  # the buffer may be longer
+    loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)[:, :n_saves]
     stats = {
         "num_members": batch.n,
         "num_devices": len(plan.devices),
