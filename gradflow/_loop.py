@@ -254,9 +254,10 @@ def read_buffer(state: LoopState) -> tuple[LoopState, list[Crossing]]:
     n = int(ws.count)
     if n == 0:
         return state, []
-    ts = np.asarray(ws.t[:n])
-    idx = np.asarray(ws.index[:n])
-    ys = jax.tree.map(lambda x: np.asarray(x[:n]), ws.y)
+    # sliced on the host: a device slice would compile once per count
+    ts = np.asarray(ws.t)[:n]
+    idx = np.asarray(ws.index)[:n]
+    ys = jax.tree.map(lambda x: np.asarray(x)[:n], ws.y)
     out = [
         Crossing(float(ts[i]), int(idx[i]), jax.tree.map(lambda x, i=i: x[i], ys))
         for i in range(n)

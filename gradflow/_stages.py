@@ -107,7 +107,8 @@ def observe_params(
         idx = np.minimum(np.arange(lo, lo + size), hi - 1)
         out = _observe_many(
             jnp.asarray(ts[idx], dtype),
-            jax.tree.map(lambda x, i=idx: jnp.asarray(x)[i], params),
+            # gathered on the host (a device gather compiles once per shape)
+            jax.tree.map(lambda x, i=idx: jnp.asarray(np.asarray(x)[i]), params),
             chain_dt,
         )
         chunks.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})

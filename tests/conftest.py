@@ -1,8 +1,23 @@
-import jax
-import jax.numpy as jnp
-import jaxtyping
-import numpy as np
-import pytest
+import atexit
+import os
+import shutil
+import tempfile
+
+
+# One fresh persistent compilation cache for the test session, shared with the
+# subprocesses the tests start (they inherit the variable): the CLI's cache
+# (`gradflow.cli.enable_compilation_cache`) goes there instead of the user's
+# cache folder, so a test run neither reads nor leaves anything outside its
+# own temporary folder, and is timed as on a clean machine.
+_CACHE = tempfile.mkdtemp(prefix="gradflow-jax-")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import jaxtyping  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 # Shape annotations are checked in the tests: jaxtyping's import hook wraps every

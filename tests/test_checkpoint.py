@@ -33,15 +33,20 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
 
 
+class _References(dict):
+    """Uninterrupted runs, chunks of 60 steps, with stages (`[True]`) and
+    without (`[False]`), each solved when first asked for."""
+
+    def __missing__(self, stages: bool) -> gf.Trajectory:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(loop_module, "CHUNK_STEPS", CHUNK)
+            self[stages] = gf.integrate(CHAIN, SCALE, stages=stages, **KW)
+        return self[stages]
+
+
 @pytest.fixture(scope="module")
 def reference():
-    """Uninterrupted runs (with and without stages), chunks of 60 steps."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop_module, "CHUNK_STEPS", CHUNK)
-        return {
-            True: gf.integrate(CHAIN, SCALE, **KW),
-            False: gf.integrate(CHAIN, SCALE, stages=False, **KW),
-        }
+    return _References()
 
 
 def _crash_after(monkeypatch, calls: int, action=None):
@@ -79,7 +84,10 @@ def assert_same_trajectory(a: gf.Trajectory, b: gf.Trajectory):
     }
 
 
-@pytest.mark.parametrize("stages", [True, False])
+# Both kinds of solve run the same loop and the same checkpoint code (only the
+# observer differs); the bare kind costs a compilation of its own, so its
+# crash-and-resume runs in the slow tier.
+@pytest.mark.parametrize("stages", [True, pytest.param(False, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("crash_at", [3, 8])
 def test_resume_after_crash_is_bit_identical(
     reference, tmp_path, monkeypatch, stages, crash_at
@@ -148,7 +156,7 @@ def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
 def test_ctrl_c_without_checkpoint_keeps_data(monkeypatch):
     _crash_after(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(gf.Interrupted, match="pass checkpoint=PATH") as info:
-        gf.integrate(CHAIN, SCALE, stages=False, **KW)
+        gf.integrate(CHAIN, SCALE, **KW)
     assert info.value.checkpoint is None
     assert info.value.result.ts.size > 1 and not info.value.result.ok
 
@@ -180,18 +188,18 @@ def test_checkpoint_of_another_call_is_refused(tmp_path, monkeypatch, change, ma
 
 def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
     not_ck = tmp_path / "traj.npz"
-    reference[False].save(not_ck)
+    reference[True].save(not_ck)
     with pytest.raises(
         ValueError,
         match="is a 'gradflow-trajectory' file, not a 'gradflow-checkpoint' file",
     ):
         gf.integrate(CHAIN, SCALE, checkpoint=not_ck, **KW)
     good = tmp_path / "good.npz"
-    gf.integrate(CHAIN, SCALE, stages=False, checkpoint=good, **KW)
+    gf.integrate(CHAIN, SCALE, checkpoint=good, **KW)
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(good.read_bytes()[:1000])
     with pytest.raises(ValueError, match="damaged or truncated"):
-        gf.integrate(CHAIN, SCALE, stages=False, checkpoint=truncated, **KW)
+        gf.integrate(CHAIN, SCALE, checkpoint=truncated, **KW)
     with pytest.raises(ValueError, match="checkpoint must be a file path"):
         gf.integrate(CHAIN, SCALE, checkpoint=tmp_path, **KW)
     with pytest.raises(TypeError, match="checkpoint must be a file path"):

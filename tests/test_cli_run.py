@@ -172,6 +172,9 @@ _SLOW_CLI = (
 )
 
 
+# Two `gradflow run` processes that each compile their solve: the integration
+# tier (`python -m pytest -m integration`, run by .ci/run).
+@pytest.mark.integration
 def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     """Done means (issue 7): kill `gradflow run --checkpoint ck` at a random
     moment with SIGKILL, run it again, get the same figures and a final state

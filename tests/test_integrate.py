@@ -51,12 +51,16 @@ def test_condensation_alignment_and_frozen_attention(condensation):
 
 
 def test_linear_regime_growth_rate_and_directions():
-    chain = gf.chains.random(5, seed=7, concentration=0.5)
+    chain = gf.chains.random(6, seed=7, concentration=0.5)
     pi = np.asarray(chain.pi)
     c = pi - 1 / chain.d
     sigma = np.linalg.norm(c) * np.linalg.norm(pi)
-    ts = np.linspace(0, 12 / sigma, 200)
-    traj = gf.integrate(chain, 1e-8, width=6, t1=float(ts[-1]), ts=ts, progress=False)
+    # 4001 saves, width 16, no stages: the solve compiled for the tiny and the
+    # large init scale below (d = 6) is reused
+    ts = np.linspace(0, 12 / sigma, 4001)
+    traj = gf.integrate(
+        chain, 1e-8, t1=float(ts[-1]), ts=ts, stages=False, progress=False
+    )
     n0 = np.linalg.norm(traj.params.W0, axis=(1, 2))
     n1 = np.linalg.norm(traj.params.W1, axis=(1, 2))
     # the growing mode dominates once the norm is 1e3 x the initial size, and the

@@ -13,6 +13,10 @@ import pytest
 import gradflow as gf
 
 
+# Subprocesses that start JAX and compile the sweep again: the integration tier
+# (`python -m pytest -m integration`, run by .ci/run after the default tier).
+pytestmark = pytest.mark.integration
+
 HERE = Path(__file__).parent
 WORKER = HERE / "sweep_worker.py"
 TIMEOUT = 1200  # seconds per subprocess (a loaded machine compiles slowly)
