@@ -338,10 +338,8 @@ def test_huge_init_scale_stops_with_a_clear_message():
     """init_scale = 1e3: steps shrink to ~1e-4 from the start (the softmax is
     saturated); the solve stops at max_steps and says what to change."""
     # width 8, 60 steps: the solve compiled for tests/test_checkpoint.py's
-    # bare runs (chunks of 60 steps) is reused
-    traj = gf.integrate(
-        STICKY, 1e3, width=8, t1=2000.0, stages=False, max_steps=60, progress=False
-    )
+    # runs (chunks of 60 steps, stages on) is reused
+    traj = gf.integrate(STICKY, 1e3, width=8, t1=2000.0, max_steps=60, progress=False)
     assert not traj.ok and traj.t_final < 1.0
     assert "maximum number of steps (60) reached" in traj.message
     assert "steps would reach t1" in traj.message

@@ -7,7 +7,10 @@ import gradflow as gf
 from gradflow._resume import ResumableController, next_step
 
 
-@pytest.mark.parametrize("solver", [dfx.Tsit5(), dfx.Dopri8()])
+# Dopri8 (a compilation of its own) in the slow tier.
+@pytest.mark.parametrize(
+    "solver", [dfx.Tsit5(), pytest.param(dfx.Dopri8(), marks=pytest.mark.slow)]
+)
 def test_chunked_solve_continues_bit_for_bit(solver):
     """Stopping every few steps and restarting with the saved solver state,
     controller state and proposed step gives the uninterrupted solve exactly."""
