@@ -267,12 +267,17 @@ def deferred_interrupt():
     `flag.requested`, which the loop checks between chunks of work (so it can
     stop at a consistent state, write its checkpoint and return what it has);
     a second one raises `KeyboardInterrupt` at once. Outside the main thread
-    (where Python cannot install signal handlers) nothing is deferred."""
+    (where Python cannot install signal handlers) nothing is deferred, and a
+    process that ignores `SIGINT` (started with `nohup`, or in the background
+    of a non-interactive shell) keeps ignoring it."""
     flag = _InterruptFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
     previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield flag
+        return
     if previous is None:  # installed outside Python: restore Python's default
         previous = signal.default_int_handler
 

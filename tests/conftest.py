@@ -68,6 +68,19 @@ def _equinox_error_mode():
     equinox._errors.EQX_ON_ERROR = mode
 
 
+@pytest.fixture(autouse=True)
+def _python_sigint():
+    """Python's own Ctrl-C handler in every test, whatever the test process
+    inherited: a process started in the background of a non-interactive shell
+    (or with `nohup`) ignores SIGINT, gradflow then leaves it ignored, and the
+    tests that interrupt a run with `os.kill(..., SIGINT)` need it handled."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def random_params(d, m, scale, seed):
     keys = jax.random.split(jax.random.key(seed), 4)
     shapes = [(m, d), (d, m), (m, m), (m, m)]

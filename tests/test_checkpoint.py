@@ -161,6 +161,30 @@ def test_ctrl_c_without_checkpoint_keeps_data(monkeypatch):
     assert info.value.result.ts.size > 1 and not info.value.result.ok
 
 
+def test_deferred_interrupt_defers_once_and_respects_an_ignored_sigint():
+    from gradflow._checkpoint import deferred_interrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with deferred_interrupt() as flag:
+            os.kill(os.getpid(), signal.SIGINT)  # the first one is deferred
+            assert flag.requested
+            with pytest.raises(KeyboardInterrupt):  # the second one is not
+                os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # A process that ignores SIGINT (nohup, `cmd &` in a script) keeps
+        # ignoring it: Ctrl-C at the terminal must not stop a background run.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with deferred_interrupt() as flag:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            assert not flag.requested
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
