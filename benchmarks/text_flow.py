@@ -24,7 +24,8 @@ smoothing: pseudo-counts 1 % of the bigram counts). From one random start
 
 Writes `--out` (JSON: settings, results, cost) and, with `--figures`,
 `docs/figures/text_flow_vs_sgd.png|pdf`, `text_attention.png|pdf` and
-`text_embeddings_pca.png|pdf`.
+`text_embeddings_pca.png|pdf` (each name with `--figure-suffix` appended);
+with `--save-dir`, the flow and the SGD run themselves.
 """
 
 import _thread
@@ -191,6 +192,18 @@ def main():
         help="measure one gradient and one HVP at this size, write --out and stop",
     )
     parser.add_argument("--figures", action="store_true", help="write text_*.png")
+    parser.add_argument(
+        "--figure-suffix",
+        default="",
+        help="appended to the figure names (e.g. _512), so that runs at other "
+        "sizes do not overwrite each other's figures",
+    )
+    parser.add_argument(
+        "--save-dir",
+        default=None,
+        help="also save the flow (flow.npz) and the SGD run (sgd.npz) there, "
+        "loadable with gf.load and gf.load_sgd",
+    )
     parser.add_argument("--out", default="out/text_flow.json")
     args = parser.parse_args()
     rt = _real_text()
@@ -239,6 +252,9 @@ def main():
         "loss_final": float(run.loss[-1]),
     }
     print("sgd", result["sgd"], flush=True)
+    if args.save_dir is not None:
+        Path(args.save_dir).mkdir(parents=True, exist_ok=True)
+        print("saved", run.save(Path(args.save_dir) / "sgd.npz"), flush=True)
 
     ts = np.unique(np.concatenate([np.asarray(run.ts), gf.default_save_times(args.t1)]))
     ts = ts[ts <= args.t1]
@@ -273,6 +289,8 @@ def main():
         + (stats.get("num_hvps") or 0) * result["per_call_s"]["hvp"],
     }
     print("flow", result["flow"], flush=True)
+    if args.save_dir is not None:
+        print("saved", traj.save(Path(args.save_dir) / "flow.npz"), flush=True)
 
     cmp = gf.compare(
         traj, run, labels=("flow on the bigram chain", "SGD on real windows")
@@ -319,15 +337,16 @@ def main():
         result["hessian"] = spectrum
 
     if args.figures:
+        tag = args.figure_suffix
         cmp.save_figure(
-            FIGURES / "text_flow_vs_sgd",
+            FIGURES / f"text_flow_vs_sgd{tag}",
             title=f"built-in corpus, word level, d = {chain.d}, width {args.width}",
         )
         save(
             attention_figure(rt, traj, run, chain, (Hf, mf), sgd_curves, flow_a, None),
-            "text_attention",
+            f"text_attention{tag}",
         )
-        save(embeddings_figure(traj, run, chain), "text_embeddings_pca")
+        save(embeddings_figure(traj, run, chain), f"text_embeddings_pca{tag}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str))
