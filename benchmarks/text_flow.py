@@ -116,7 +116,7 @@ def attention_figure(rt, traj, run, chain, flow_curves, sgd_curves, flow_a, sgd_
         bx.plot(ts[ps], (ms - ms[0])[ps, k], f"C{j}--", lw=1)
     bx.set_xscale("log")
     bx.set_xlabel("t")
-    bx.set_ylabel("attention mass gain mass_k(t) - mass_k(0)  (dashed: SGD)")
+    bx.set_ylabel("attention mass gain\nmass_k(t) - mass_k(0)  (dashed: SGD)")
     bx.legend(fontsize=8)
     fig.suptitle(
         f"built-in corpus, word level, d = {chain.d}, width {traj.params.W0.shape[1]}:"
@@ -204,6 +204,13 @@ def main():
         help="also save the flow (flow.npz) and the SGD run (sgd.npz) there, "
         "loadable with gf.load and gf.load_sgd",
     )
+    parser.add_argument(
+        "--from-saved",
+        default=None,
+        help="load the flow and the SGD run that --save-dir wrote there instead "
+        "of computing them (the comparison, analysis and figures again; no "
+        "timings)",
+    )
     parser.add_argument("--out", default="out/text_flow.json")
     args = parser.parse_args()
     rt = _real_text()
@@ -242,6 +249,11 @@ def main():
         Path(args.out).write_text(json.dumps(result, indent=1, default=str))
         return
 
+    if args.from_saved is not None:
+        run = gf.load_sgd(Path(args.from_saved) / "sgd.npz")
+        traj = gf.load(Path(args.from_saved) / "flow.npz")
+        analyse(args, rt, result, chain, run, traj)
+        return
     t = time.perf_counter()
     run = gf.train_sgd(
         stream, p0, context=256, batch_size=512, lr=0.2, t1=args.t1, progress=False
@@ -291,6 +303,12 @@ def main():
     print("flow", result["flow"], flush=True)
     if args.save_dir is not None:
         print("saved", traj.save(Path(args.save_dir) / "flow.npz"), flush=True)
+    analyse(args, rt, result, chain, run, traj)
+
+
+def analyse(args, rt, result, chain, run, traj):
+    """Compares the flow with SGD, analyses the attention of both, writes the
+    figures (with --figures) and the JSON."""
 
     cmp = gf.compare(
         traj, run, labels=("flow on the bigram chain", "SGD on real windows")
