@@ -23,6 +23,7 @@ from ._attention import attention_weights, mean_nll, population_cross_entropy
 from ._chain import MarkovChain
 from ._custom_types import Attention, Scalar
 from ._errors import show
+from ._random import scaled_normal
 from ._validate import check_init_scale, check_seed
 from ._variants import (
     PARAM_NAMES,
@@ -142,7 +143,7 @@ def init_params(
     k0, k1, kq, kk = jax.random.split(jax.random.key(seed), 4)
 
     def normal(key, shape):
-        return init_scale * jax.random.normal(key, shape, dtype=dtype)
+        return scaled_normal(key, shape, init_scale, dtype)
 
     return Params(
         W0=normal(k0, (m, d)),

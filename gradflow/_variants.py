@@ -24,6 +24,7 @@ from jaxtyping import Array, Float, Int
 from ._attention import attention_weights
 from ._chain import MarkovChain
 from ._errors import show
+from ._random import scaled_normal
 
 
 # The epsilon of SPEC section 9's normalisations, inside the square root.
@@ -258,7 +259,7 @@ def init_variant_params(
     lh = (model.layers, model.heads)
 
     def normal(key, shape):
-        return init_scale * jax.random.normal(key, shape, dtype=dtype)
+        return scaled_normal(key, shape, init_scale, dtype)
 
     return VariantParams(
         W0=normal(k0, (m, d)),

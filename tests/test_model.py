@@ -158,6 +158,25 @@ def test_params_shape_checks():
     assert (p.m, p.d, p.num_parameters) == (3, 4, 2 * 12 + 2 * 9)
 
 
+def test_init_params_draws_are_jax_random_normal():
+    # init_params draws through one flat, power-of-two-long vector per matrix
+    # (gradflow/_random.py, one compilation per size instead of per shape);
+    # the numbers are jax.random.normal's for the matrix's own shape, exactly.
+    cases = [(6, 8, "float64", gf.Model()), (3, 2, "float32", gf.Model())]
+    cases += [(3, 2, "float64", gf.Model(heads=2, value=True))]
+    for d, m, dtype, model in cases:
+        p = gf.init_params(d, m, 0.3, seed=2, dtype=dtype, model=model)
+        lh = () if model.minimal else (model.layers, model.heads)
+        shapes = [(m, d), (d, m), (*lh, m, m), (*lh, m, m)]
+        shapes += [] if model.minimal else [(*lh, m, m)]
+        keys = jax.random.split(jax.random.key(2), len(shapes))
+        names = ["W0", "W1", "WQ", "WK", "WV"]
+        for name, key, shape in zip(names, keys, shapes):
+            direct = 0.3 * jax.random.normal(key, shape, dtype=dtype)
+            np.testing.assert_array_equal(getattr(p, name), direct, err_msg=name)
+            assert getattr(p, name).dtype == direct.dtype
+
+
 def test_init_params_distribution_and_determinism():
     p = gf.init_params(50, 40, 0.01, seed=3)
     q = gf.init_params(50, 40, 0.01, seed=3)
