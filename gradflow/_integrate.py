@@ -759,7 +759,7 @@ def solve_spec(setup: _Setup, observer: Observer) -> Spec:
         controller=make_controller(setup.rtol, setup.atol),
         save_fn=save_point,
         # read at call time, so tests can make chunks small
-        chunk_steps=int(min(_loop.CHUNK_STEPS, setup.max_steps)),
+        chunk_steps=int(min(_loop.chunk_steps_for(setup.params0), setup.max_steps)),
     )
 
 

@@ -48,11 +48,11 @@ def test_second_solve_compiles_nothing(stages):
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 
-def _setup(init_scale, seed):
+def _setup(init_scale, seed, params=None):
     return _integrate.prepare(
         CHAIN,
         init_scale=init_scale,
-        params=None,
+        params=params,
         width=2,
         t1=60.0,
         ts=KW["ts"],
@@ -109,3 +109,27 @@ def test_run_chunk_under_vmap_equals_each_member():
     assert int(alone[0].num_steps) != int(alone[1].num_steps) or float(
         alone[0].t
     ) != float(alone[1].t)
+
+
+def test_chunks_are_shorter_for_large_models():
+    # The paper's models keep chunks of CHUNK_STEPS steps; a text-sized model
+    # (a step takes about 0.5 s at d = 512) gets chunks of seconds, not minutes.
+    def zeros(d, m):  # only the sizes matter (and zeros compile nothing)
+        return gf.Params(*(np.zeros(s) for s in [(m, d), (d, m), (m, m), (m, m)]))
+
+    def steps(d, m):
+        return _loop.chunk_steps_for(zeros(d, m))
+
+    assert steps(6, 8) == steps(6, 16) == _loop.CHUNK_STEPS
+    sizes = [steps(d, 16) for d in (32, 64, 128, 256, 512, 1024, 2048)]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 4
+    assert sizes[0] < _loop.CHUNK_STEPS and sizes[-1] == 10
+    assert steps(512, 16) * 0.5 < 30  # seconds per chunk at d = 512
+    # integrate's solve uses it, capped by max_steps
+    observer = Observer(stages=False, thresholds=gf.StageThresholds())
+    small = _setup(None, 0, params=zeros(3, 2))
+    assert _integrate.solve_spec(small, observer).chunk_steps == _loop.CHUNK_STEPS
+    big = dataclasses.replace(small, params0=zeros(256, 16))
+    assert _integrate.solve_spec(big, observer).chunk_steps == steps(256, 16)
+    few = dataclasses.replace(small, max_steps=7)
+    assert _integrate.solve_spec(few, observer).chunk_steps == 7
