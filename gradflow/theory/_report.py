@@ -160,6 +160,13 @@ def _origin_rows(traj: Trajectory) -> list[dict[str, Any]]:
     return rows
 
 
+def _plateau_row(cp: CriticalPoint, H_pi: float) -> dict[str, Any]:
+    """The unigram plateau's loss against its prediction H(pi)."""
+    return _row(
+        "unigram plateau loss", H_pi, cp.loss, f"refined point near t = {cp.t:.4g}"
+    )
+
+
 def _unigram_rows(
     traj: Trajectory, points: list[CriticalPoint], k: int
 ) -> list[dict[str, Any]]:
@@ -170,16 +177,8 @@ def _unigram_rows(
     ts = np.asarray(traj.ts)
     P = traj.params
     H_pi = float(chain.unigram_entropy)
-    rows: list[dict[str, Any]] = []
     cp = points[k]
-    rows.append(
-        _row(
-            "unigram plateau loss",
-            H_pi,
-            cp.loss,
-            f"refined point near t = {cp.t:.4g}",
-        )
-    )
+    rows: list[dict[str, Any]] = [_plateau_row(cp, H_pi)]
     zc = np.log(pi) - np.log(pi).mean()
     U1, _, _ = np.linalg.svd(np.asarray(cp.params.W1))
     rows.append(
@@ -339,14 +338,7 @@ def _variant_rows(
     H_pi = float(chain.unigram_entropy)
     for cp in points:
         if abs(cp.loss - H_pi) <= 1e-6 * max(1.0, H_pi):
-            rows.append(
-                _row(
-                    "unigram plateau loss",
-                    H_pi,
-                    cp.loss,
-                    f"refined point near t = {cp.t:.4g}",
-                )
-            )
+            rows.append(_plateau_row(cp, H_pi))
             break
     return rows + _later_rows(traj, points, list(range(len(points))))
 
