@@ -36,7 +36,8 @@ the distance of its `pi` from the unigram frequencies, its largest `pi` and
 its condensation rate `sigma = |pi - 1/d| |pi|`.
 
 Writes `<out>/real_text.json` (settings, results, cost) and the figures
-`docs/figures/real_text_<level>_<d>.png|pdf` and `docs/figures/real_text_sgd.png`.
+`docs/figures/real_text_<level>_<d>.png|pdf` (`..._drop` with `--tail drop`) and
+`docs/figures/real_text_sgd.png`.
 """
 
 import _thread
@@ -493,7 +494,7 @@ def main():
             record["flow_stats"] = {k: v for k, v in traj.stats.items()}
             analysis, H, mass = analyse(traj, chain, args.min_fall)
             record.update(analysis)
-            name = f"real_text_{level}_{d}"
+            name = f"real_text_{level}_{d}" + ("_drop" if args.tail == "drop" else "")
             figure(
                 traj,
                 chain,
@@ -501,7 +502,9 @@ def main():
                 mass,
                 analysis,
                 name,
-                f"{stream.source}, {level} level, d = {chain.d}, width {args.width}: "
+                f"{stream.source}, {level} level, d = {chain.d}"
+                + (", tail dropped" if args.tail == "drop" else "")
+                + f", width {args.width}: "
                 f"focus token {analysis['focus_token']!r} (rank {analysis['focus_rank']})",
             )
             if run is not None:
