@@ -32,7 +32,8 @@ def _flat_normal(key, size: int, dtype):
 def scaled_normal(key, shape: tuple[int, ...], scale: float, dtype) -> jax.Array:
     """`scale * jax.random.normal(key, shape, dtype=dtype)`, bit for bit, with
     one compilation per power-of-two size instead of one per shape."""
-    if not jax.config.jax_threefry_partitionable:  # no prefix property
+    partitionable = jax.config.jax_threefry_partitionable  # pyright: ignore[reportAttributeAccessIssue]
+    if not partitionable:  # no prefix property: the direct draw
         return scale * jax.random.normal(key, shape, dtype=dtype)
     n = math.prod(shape)
     size = max(_MIN_DRAW, 1 << max(n - 1, 0).bit_length())

@@ -175,6 +175,13 @@ def test_init_params_draws_are_jax_random_normal():
             direct = 0.3 * jax.random.normal(key, shape, dtype=dtype)
             np.testing.assert_array_equal(getattr(p, name), direct, err_msg=name)
             assert getattr(p, name).dtype == direct.dtype
+    # without partitionable Threefry there is no prefix property: the direct draw
+    with jax.threefry_partitionable(False):
+        p = gf.init_params(3, 2, 0.3, seed=2)
+        direct = 0.3 * jax.random.normal(
+            jax.random.split(jax.random.key(2), 4)[0], (2, 3)
+        )
+        np.testing.assert_array_equal(p.W0, direct)
 
 
 def test_init_params_distribution_and_determinism():
