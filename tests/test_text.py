@@ -85,6 +85,10 @@ def test_pi_close_to_unigram_frequencies():
     stream = gf.text.encode(None, vocab_size=20, smoothing=0.01)
     freq = np.bincount(np.asarray(stream.ids), minlength=20) / len(stream)
     np.testing.assert_allclose(np.asarray(stream.chain.pi), freq, atol=2e-3)
+    # the reported distance (its frequencies read off the bigram counts) is
+    # the one from the stream's own unigram counts, exactly
+    distance = 0.5 * float(np.abs(np.asarray(stream.chain.pi) - freq).sum())
+    assert stream.pi_distance == distance
 
 
 def test_char_level_and_whitespace():
