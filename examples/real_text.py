@@ -198,7 +198,7 @@ def analyse(traj, chain, min_fall):
     return out, H, mass
 
 
-def figure(traj, chain, H, mass, result, name, title):
+def figure(traj, chain, H, mass, result, name, title, folder=FIGURES):
     ts = np.asarray(traj.ts)
     pos = ts > 0
     labels = list(chain.tokens)
@@ -237,9 +237,9 @@ def figure(traj, chain, H, mass, result, name, title):
     cx.set_ylabel("attention mass gain  mass_k(t) - mass_k(0)")
     cx.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURES / f"{name}.png", dpi=80)
-    fig.savefig(FIGURES / f"{name}.pdf")
+    folder.mkdir(parents=True, exist_ok=True)
+    fig.savefig(folder / f"{name}.png", dpi=80)
+    fig.savefig(folder / f"{name}.pdf")
     plt.close(fig)
 
 
@@ -392,6 +392,22 @@ def main():
         help="ROS34PW2 with this jacobian_tol (default: the default solver's 0.5)",
     )
     parser.add_argument(
+        "--refresh-every",
+        type=int,
+        default=None,
+        help="ROS34PW2 with this refresh_every (default: the default solver's 8)",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="checkpoint each flow to DIR/<name>.ckpt; the same command resumes it",
+    )
+    parser.add_argument(
+        "--figure-dir",
+        default=str(FIGURES),
+        help="where the figures go (default: docs/figures)",
+    )
+    parser.add_argument(
         "--budget",
         type=float,
         default=None,
@@ -408,6 +424,20 @@ def main():
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    figures = Path(args.figure_dir)
+    options = {
+        k: v
+        for k, v in (
+            ("jacobian_tol", args.jacobian_tol),
+            ("refresh_every", args.refresh_every),
+        )
+        if v is not None
+    }
+    if options and args.solver not in (None, "ros34pw2"):
+        parser.error(
+            f"--jacobian-tol/--refresh-every need ROS34PW2, got {args.solver!r}"
+        )
+    solver = gf.solvers.ROS34PW2(**options) if options else args.solver
     results = {"settings": vars(args), "gradflow_version": gf.__version__, "runs": []}
     for level in args.levels:
         corpus = gf.text.load(args.text, "word" if level == "word" else level)
@@ -463,6 +493,7 @@ def main():
                 record["sgd_stats"] = {k: v for k, v in run.stats.items()}
                 ts = np.unique(np.concatenate([run.ts, ts]))
                 ts = ts[ts <= args.t1]
+            name = f"real_text_{level}_{d}" + ("_drop" if args.tail == "drop" else "")
             t = time.perf_counter()
             timer = None
             if args.budget is not None:
@@ -477,9 +508,10 @@ def main():
                     ts=ts,
                     progress=True,
                     max_steps=args.max_steps,
-                    solver=args.solver
-                    if args.jacobian_tol is None
-                    else gf.solvers.ROS34PW2(jacobian_tol=args.jacobian_tol),
+                    solver=solver,
+                    checkpoint=None
+                    if args.checkpoint_dir is None
+                    else Path(args.checkpoint_dir) / f"{name}.ckpt",
                 )
             except gf.Interrupted as e:  # the wall-clock budget ran out
                 traj = e.result
@@ -494,7 +526,6 @@ def main():
             record["flow_stats"] = {k: v for k, v in traj.stats.items()}
             analysis, H, mass = analyse(traj, chain, args.min_fall)
             record.update(analysis)
-            name = f"real_text_{level}_{d}" + ("_drop" if args.tail == "drop" else "")
             figure(
                 traj,
                 chain,
@@ -506,6 +537,7 @@ def main():
                 + (", tail dropped" if args.tail == "drop" else "")
                 + f", width {args.width}: "
                 f"focus token {analysis['focus_token']!r} (rank {analysis['focus_rank']})",
+                folder=figures,
             )
             if run is not None:
                 cmp = gf.compare(
@@ -515,7 +547,7 @@ def main():
                 )
                 record["compare"] = cmp.summary()
                 cmp.save_figure(
-                    FIGURES / "real_text_sgd",
+                    figures / "real_text_sgd",
                     title=f"{stream.source}, {level} level, d = {chain.d}, width {args.width}",
                 )
             print(json.dumps(record, default=str), flush=True)

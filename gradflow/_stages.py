@@ -71,6 +71,12 @@ def observe(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
     return out
 
 
+# A batch of `observe_params` holds at most this many entries per (d, d)
+# intermediate (2**24 float64 entries: 128 MiB): 512 points up to d = 181, 64
+# at d = 512, 16 at d = 1024.
+OBSERVE_BATCH_ENTRIES = 2**24
+
+
 @eqx.filter_jit
 def _observe_many(ts, params: Params, chain: MarkovChain):
     # Module level, chain as an argument: one compilation per shape and dtype,
@@ -84,9 +90,10 @@ def observe_params(
     r"""[`gradflow.observe`][] at every saved point: `params` with a leading
     time axis of length `len(ts)` (a trajectory's `traj.params`, an SGD run's).
 
-    Evaluated in batches of at most `batch` saves (the last one padded, so one
-    compilation serves every length above `batch`, and one each bucket of
-    `save_buffer_size` below). **Returns:** a dict of NumPy arrays with
+    Evaluated in batches of at most `batch` saves and at most
+    `OBSERVE_BATCH_ENTRIES / d**2` (so memory stays bounded at large `d`; the
+    last batch padded, so one compilation serves every length above the batch,
+    and one each bucket of `save_buffer_size` below). **Returns:** a dict of NumPy arrays with
     a leading time axis.
     """
     ts = np.asarray(ts, dtype=np.float64)
@@ -99,8 +106,11 @@ def observe_params(
     chain_dt = jax.tree.map(lambda x: jnp.asarray(x, dtype), chain)
     T = ts.shape[0]
     # batches of a bucketed length (the last point repeated): one compilation
-    # serves nearby numbers of saves, as for the solve's save buffer
-    size = min(batch, save_buffer_size(T))
+    # serves nearby numbers of saves, as for the solve's save buffer; and at
+    # most OBSERVE_BATCH_ENTRIES / d^2 points, since each point holds a few
+    # (d, d) intermediates (at d = 512 a batch of 320 peaked at 6.8 GB)
+    d = int(np.shape(params.W0)[-1])
+    size = min(batch, save_buffer_size(T), max(1, OBSERVE_BATCH_ENTRIES // d**2))
     chunks = []
     for lo in range(0, T, size):
         hi = min(lo + size, T)

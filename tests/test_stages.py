@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradflow as gf
+from gradflow import _stages
 from gradflow._stages import DETECTOR_KEYS, _observe_many, secant_rate
 
 
@@ -151,6 +152,27 @@ def test_observe_params_compiles_once_per_shape():
         CHAIN,
     )
     np.testing.assert_allclose(a["att_mass"][3], one["att_mass"], rtol=1e-12)
+
+
+def test_observe_params_batches_are_bounded_by_d_squared(monkeypatch):
+    # Memory: a batch holds a few (d, d) arrays per point, so the batch is
+    # capped at OBSERVE_BATCH_ENTRIES / d^2 points; the cap changes no value.
+    ts = np.linspace(1.0, 10.0, 11)
+    params = _params(11, seed=3)
+    whole = gf.observe_params(ts, params, CHAIN)
+    sizes = []
+    inner = _stages._observe_many  # noqa: SLF001
+
+    def spy(ts_, params_, chain_):
+        sizes.append(ts_.shape[0])
+        return inner(ts_, params_, chain_)
+
+    monkeypatch.setattr(_stages, "_observe_many", spy)
+    monkeypatch.setattr(_stages, "OBSERVE_BATCH_ENTRIES", 3 * CHAIN.d**2 + 1)
+    capped = gf.observe_params(ts, params, CHAIN)
+    assert sizes == [3, 3, 3, 3]
+    for key in whole:
+        np.testing.assert_allclose(capped[key], whole[key], rtol=1e-13, atol=1e-15)
 
 
 def test_secant_rate_is_exact_on_a_line_and_averages_fast_wiggles():
