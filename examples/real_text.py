@@ -4,6 +4,8 @@
     python examples/real_text.py --levels char bpe word --sizes 256 1024
     python examples/real_text.py --text wikitext-103-raw/wiki.train.raw --levels bpe
     python examples/real_text.py --levels word --sizes 512 --sgd   # flow and SGD
+    python examples/real_text.py --levels word --sizes 1024 --t1 2500 \
+        --jacobian-tol 5 --checkpoint-dir out/ckpt     # hours: resumable
 
 For every (level, vocabulary size) the corpus is encoded (`gf.text.encode`:
 word, character, or byte-level BPE trained on the corpus), and the population
@@ -37,7 +39,11 @@ its condensation rate `sigma = |pi - 1/d| |pi|`.
 
 Writes `<out>/real_text.json` (settings, results, cost) and the figures
 `docs/figures/real_text_<level>_<d>.png|pdf` (`..._drop` with `--tail drop`) and
-`docs/figures/real_text_sgd.png`.
+`docs/figures/real_text_sgd.png` (`--figure-dir` elsewhere). With
+`--checkpoint-dir DIR` each flow checkpoints to `DIR/real_text_<level>_<d>.ckpt`
+(`gf.integrate(checkpoint=...)`); after a kill or a Ctrl-C the same command
+resumes it. `--jacobian-tol` and `--refresh-every` set the ROS34PW2 solver's
+W-refresh rule (large vocabularies: `docs/performance.md`).
 """
 
 import _thread
@@ -257,6 +263,16 @@ def _yes_no(flag):
     return "yes" if flag else "no"
 
 
+def _solver_note(settings):
+    """The W-refresh options of a run that did not use the defaults."""
+    options = [
+        f"{k} {settings[k]:g}"
+        for k in ("jacobian_tol", "refresh_every")
+        if settings.get(k) is not None
+    ]
+    return f" ({', '.join(options)})" if options else ""
+
+
 def report(paths):
     """The markdown tables of docs/text.md from `real_text.json` files: the
     study, then the smoothing of each chain against add-one smoothing."""
@@ -266,6 +282,13 @@ def report(paths):
         for r in saved["runs"]:
             if "smoothing" in r:
                 runs.append((saved["settings"], r))
+
+    def key(settings, r):
+        return r["level"], r["vocab_size"], settings.get("tail", "other")
+
+    # a chain-only (--no-flow) row gives way to a flow of the same chain
+    flows = {key(*run) for run in runs if "H_start" in run[1]}
+    runs = [run for run in runs if "H_start" in run[1] or key(*run) not in flows]
     rows = [
         "| level | d | most frequent (pi) | `<other>` pi (rank) | t1 reached | "
         "H(0) | first focus: t, H | entropy falls | dilution: t, H | "
@@ -315,7 +338,7 @@ def report(paths):
                 if nx
                 else "none"
             )
-            + f" | {st['num_steps']} | {st['num_grad_evals']} | "
+            + f" | {st['num_steps']}{_solver_note(settings)} | {st['num_grad_evals']} | "
             f"{st.get('num_hvps', 'n/a')} | {r['flow_wall_s']:.0f} |"
         )
     rows += [
