@@ -270,6 +270,8 @@ def _solver_note(settings):
         for k in ("jacobian_tol", "refresh_every")
         if settings.get(k) is not None
     ]
+    if settings.get("carry_basis"):
+        options.append("carried basis")
     return f" ({', '.join(options)})" if options else ""
 
 
@@ -421,6 +423,11 @@ def main():
         help="ROS34PW2 with this refresh_every (default: the default solver's 8)",
     )
     parser.add_argument(
+        "--carry-basis",
+        action="store_true",
+        help="ROS34PW2 with carry_basis=True (half the HVPs per W refresh)",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         default=None,
         help="checkpoint each flow to DIR/<name>.ckpt; the same command resumes it",
@@ -453,12 +460,14 @@ def main():
         for k, v in (
             ("jacobian_tol", args.jacobian_tol),
             ("refresh_every", args.refresh_every),
+            ("carry_basis", args.carry_basis or None),
         )
         if v is not None
     }
     if options and args.solver not in (None, "ros34pw2"):
         parser.error(
-            f"--jacobian-tol/--refresh-every need ROS34PW2, got {args.solver!r}"
+            "--jacobian-tol/--refresh-every/--carry-basis need ROS34PW2, got "
+            f"{args.solver!r}"
         )
     solver = gf.solvers.ROS34PW2(**options) if options else args.solver
     results = {"settings": vars(args), "gradflow_version": gf.__version__, "runs": []}

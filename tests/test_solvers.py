@@ -74,8 +74,17 @@ def _order_slope(solver, vf, dts, t1=2.0):
         gf.solvers.ROS34PW2(refresh_every=10**9, jacobian_tol=1e30),
         gf.solvers.ROS34PW2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
         gf.solvers.ROS2(rank=1, refresh_every=10**9, jacobian_tol=1e30),
+        # W from a basis carried between refreshes (one power step behind)
+        gf.solvers.ROS34PW2(rank=2, carry_basis=True),
     ],
-    ids=["ros34pw2", "ros2", "ros34pw2-frozen", "ros34pw2-rank1", "ros2-rank1"],
+    ids=[
+        "ros34pw2",
+        "ros2",
+        "ros34pw2-frozen",
+        "ros34pw2-rank1",
+        "ros2-rank1",
+        "ros34pw2-rank2-carried",
+    ],
 )
 @pytest.mark.parametrize("vf", [_gradient_flow, _nonsymmetric], ids=["grad", "nonsym"])
 def test_ode_order(solver, vf):
@@ -234,6 +243,17 @@ def test_counts():
         (dict(refresh_every=0), "refresh_every must be an integer >= 1, got 0"),
         (dict(jacobian_tol=-1.0), r"jacobian_tol must be > 0, got -1.0"),
         (dict(power_iterations=-1), "power_iterations must be an integer >= 0, got -1"),
+        (
+            dict(carry_basis=True, rank=None),
+            "carry_basis needs an integer rank and power_iterations >= 1, got "
+            "rank = None, power_iterations = 1",
+        ),
+        (
+            dict(carry_basis=True, power_iterations=0),
+            "carry_basis needs an integer rank and power_iterations >= 1, got "
+            "rank = 16, power_iterations = 0",
+        ),
+        (dict(carry_basis=1), "carry_basis must be True or False, got 1"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -318,3 +338,53 @@ def test_cond_per_member_equals_cond_and_computes_only_chosen_members():
     )(x)
     np.testing.assert_array_equal(out[0], jnp.sin(x) * y)
     assert cond_per_member(jnp.asarray(False), expensive, cheap, (x[1], y))[1] == 1.0
+
+
+@pytest.mark.parametrize("power_iterations", [1, 2])
+def test_carried_basis_finds_the_dominant_eigenpairs_at_fewer_products(
+    power_iterations,
+):
+    # A quadratic potential with three stiff directions among twelve: both
+    # subspace iterations converge to the top three eigenpairs of J = -A; the
+    # carried one takes power_iterations * rank products per refresh instead
+    # of (power_iterations + 1) * rank.
+    n, r = 12, 3
+    rng = np.random.default_rng(0)
+    Qr, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    lam = np.concatenate([[400.0, 150.0, 60.0], np.linspace(0.1, 1.0, n - 3)])
+    A = jnp.asarray((Qr * lam) @ Qr.T)
+    term = dfx.ODETerm(lambda t, y, args: -(A @ y))
+    y0 = jnp.asarray(rng.standard_normal(n))
+    states = {}
+    for carry in (False, True):
+        # a refresh at every step: the iteration runs for all the steps
+        solver = gf.solvers.ROS34PW2(
+            rank=r,
+            refresh_every=1,
+            power_iterations=power_iterations,
+            carry_basis=carry,
+        )
+        sol = dfx.diffeqsolve(
+            term,
+            solver,
+            0.0,
+            1.0,
+            1e-3,
+            y0,
+            stepsize_controller=dfx.ConstantStepSize(),
+            saveat=dfx.SaveAt(t1=True, solver_state=True),
+            max_steps=2000,
+        )
+        states[carry] = sol.solver_state
+        steps = int(sol.stats["num_accepted_steps"])
+        per_refresh = (power_iterations + (not carry)) * r
+        assert int(sol.solver_state.num_refreshes) == steps
+        assert int(sol.solver_state.num_jvps) == steps * (1 + per_refresh)
+        assert (sol.solver_state.basis is not None) == carry
+    for state in states.values():
+        np.testing.assert_allclose(
+            np.sort(np.asarray(state.mu)), np.sort(-lam[:3]), rtol=1e-10
+        )
+        V = np.asarray(state.V)
+        # V spans the top three eigenvectors
+        np.testing.assert_allclose(np.linalg.svd(Qr[:, :3].T @ V)[1], 1.0, rtol=1e-10)

@@ -89,6 +89,8 @@ class RosenbrockWState(eqx.Module):
     - `num_refreshes`, `num_jvps`: work done in accepted steps (a refresh made in
       a step that the controller then rejects is repeated and not counted:
       Diffrax discards the state of rejected steps).
+    - `basis`: with `carry_basis`, the orthonormal basis the next refresh starts
+      from (already advanced by power iteration); otherwise `None`.
     """
 
     f0: Float[Array, " n"]
@@ -99,6 +101,7 @@ class RosenbrockWState(eqx.Module):
     age: Int[Array, ""]
     num_refreshes: Int[Array, ""]
     num_jvps: Int[Array, ""]
+    basis: Float[Array, "n r"] | None = None
 
 
 class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
@@ -123,6 +126,14 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
       stable while $h (J - W)$ is small.
     - `power_iterations`: subspace iterations per refresh when `rank` is set
       (default 1).
+    - `carry_basis`: when `rank` is set, take $W$ from the Rayleigh-Ritz pairs of
+      the basis $Q$ carried from the previous refresh, and carry the
+      power-iterated $\operatorname{qr}(JQ)$ to the next one: the products
+      $JQ$ serve both, so a refresh costs $q\,r$ Jacobian-vector products
+      instead of $(q+1)\,r$ (half at $q = 1$), and $W$ is one power step
+      behind. Default `False` (every recorded result uses the default). For
+      large models, where Jacobian-vector products dominate the cost
+      (`docs/performance.md`). Needs `power_iterations >= 1`.
 
     Why low rank is the default: on the sticky scenario of the benchmark the
     Hessian has at most 6 eigenvalues above 1 (up to 108) at every time
@@ -147,6 +158,7 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
     refresh_every: int = eqx.field(static=True, default=8)
     jacobian_tol: float = eqx.field(static=True, default=0.5)
     power_iterations: int = eqx.field(static=True, default=1)
+    carry_basis: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.rank is not None and (
@@ -174,6 +186,15 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
                 "power_iterations must be an integer >= 0, got "
                 f"{self.power_iterations!r}"
             )
+        if not isinstance(self.carry_basis, bool):
+            raise ValueError(
+                f"carry_basis must be True or False, got {self.carry_basis!r}"
+            )
+        if self.carry_basis and (self.rank is None or self.power_iterations < 1):
+            raise ValueError(
+                "carry_basis needs an integer rank and power_iterations >= 1, got "
+                f"rank = {self.rank!r}, power_iterations = {self.power_iterations!r}"
+            )
 
     def order(self, terms):
         del terms
@@ -188,15 +209,31 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
     def _width(self, n: int) -> int:
         return n if self.rank is None else min(self.rank, n)
 
-    def _decompose(self, f: Callable, x0, V_prev) -> tuple[Array, Array, Array]:
-        """Eigen-form of the symmetrised Jacobian of `f` at `x0`."""
+    def _carries(self, n: int) -> bool:
+        return self.carry_basis and self.rank is not None and self.rank < n
+
+    def _decompose(
+        self, f: Callable, x0, V_prev, basis
+    ) -> tuple[Array, Array, Array, Array | None]:
+        """Eigen-form of the symmetrised Jacobian of `f` at `x0`, the number of
+        Jacobian-vector products it took, and the next refresh's `basis`."""
         _, lin = jax.linearize(f, x0)
         jvps = jax.vmap(lin, in_axes=1, out_axes=1)
         n = x0.shape[0]
         if self.rank is None or self.rank >= n:
             J = jvps(jnp.eye(n, dtype=x0.dtype))
             mu, V = jnp.linalg.eigh(0.5 * (J + J.T))
-            return V, mu, jnp.asarray(n, jnp.int32)
+            return V, mu, jnp.asarray(n, jnp.int32), basis
+        if self._carries(n):
+            Q = basis
+            JQ = jvps(Q)
+            B = Q.T @ JQ
+            mu, U = jnp.linalg.eigh(0.5 * (B + B.T))
+            nxt, _ = jnp.linalg.qr(JQ)
+            for _ in range(self.power_iterations - 1):
+                nxt, _ = jnp.linalg.qr(jvps(nxt))
+            count = self.power_iterations * self.rank
+            return Q @ U, mu, jnp.asarray(count, jnp.int32), nxt
         Q = V_prev
         for _ in range(self.power_iterations):
             Q, _ = jnp.linalg.qr(jvps(Q))
@@ -207,6 +244,7 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
             Q @ U,
             mu,
             jnp.asarray((self.power_iterations + 1) * self.rank, jnp.int32),
+            basis,
         )
 
     # -- diffrax interface -----------------------------------------------------
@@ -233,6 +271,7 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
             age=zero,
             num_refreshes=zero,
             num_jvps=zero,
+            basis=V if self._carries(n) else None,
         )
 
     def step(self, terms, t0, t1, y0, args, solver_state: RosenbrockWState, made_jump):
@@ -266,13 +305,18 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         # A member that has finished while others go on steps with h = 0 (its
         # state is then discarded): it needs no refresh.
         refresh = (state.stale | (state.age >= self.refresh_every)) & (h != 0)
-        V, mu, jvps = cond_per_member(
+        V, mu, jvps, basis = cond_per_member(
             refresh,
-            lambda dynamic, t, x, V, mu: self._decompose(
-                lambda x: field(dynamic, t, x), x, V
+            lambda dynamic, t, x, V, mu, basis: self._decompose(
+                lambda x: field(dynamic, t, x), x, V, basis
             ),
-            lambda dynamic, t, x, V, mu: (V, mu, jnp.zeros((), jnp.int32)),
-            (dynamic, t0, x0, state.V, state.mu),
+            lambda dynamic, t, x, V, mu, basis: (
+                V,
+                mu,
+                jnp.zeros((), jnp.int32),
+                basis,
+            ),
+            (dynamic, t0, x0, state.V, state.mu, state.basis),
         )
         hg = h * tab.gamma
         # (I - h gamma W)^{-1} = I + V diag(shift) V^T
@@ -325,6 +369,7 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
             num_refreshes=state.num_refreshes
             + refresh.astype(state.num_refreshes.dtype),
             num_jvps=state.num_jvps + 1 + jvps.astype(state.num_jvps.dtype),
+            basis=basis,
         )
         y1 = unravel(x1)
         dense_info = dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))

@@ -69,7 +69,7 @@ class ROS34PW2(AbstractRosenbrockW):
     $f(y_0)$ from the previous step).
 
     See [`gradflow.solvers.AbstractRosenbrockW`][] for the fields (`rank`,
-    `refresh_every`, `jacobian_tol`, `power_iterations`).
+    `refresh_every`, `jacobian_tol`, `power_iterations`, `carry_basis`).
 
     **Example:**
 
