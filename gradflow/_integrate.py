@@ -133,6 +133,26 @@ def _resolve_solver(solver) -> tuple[dfx.AbstractSolver, str]:
     )
 
 
+def solver_options(solver: dfx.AbstractSolver) -> dict[str, Any]:
+    """The plain (number, string, flag) fields of a solver instance that differ
+    from its class's defaults, e.g. `{"jacobian_tol": 5.0}` for
+    `ROS34PW2(jacobian_tol=5)`: recorded with a result (`settings
+    ["solver_options"]`, absent when empty), so that a saved trajectory says
+    which solver made it and a checkpoint is not resumed by another one."""
+    try:
+        default = type(solver)()
+    except TypeError:  # a solver without defaults for every field
+        default = None
+    options = {}
+    for field in dataclasses.fields(solver):
+        value = getattr(solver, field.name, None)
+        if isinstance(value, bool | int | float | str) and (
+            default is None or getattr(default, field.name, None) != value
+        ):
+            options[field.name] = value
+    return options
+
+
 def _check_positive_finite(name: str, value, integer: bool = False):
     if integer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -477,6 +497,9 @@ def prepare(
         "num_saves": int(ts_np.size),
         "model": model_of(params0).as_dict(),
     }
+    options = solver_options(solver_obj)
+    if options:  # absent for default solvers: older checkpoints still resume
+        settings["solver_options"] = options
     return _Setup(
         chain=chain,
         chain_dt=jax.tree.map(lambda x: x.astype(jdtype), chain),

@@ -54,7 +54,9 @@ class Trajectory(AbstractResult):
       `traj.params[-1]` is the last saved point.
     - `chain`: the [`gradflow.MarkovChain`][] that was solved.
     - `settings`: every setting of the solve (width, init_scale, seed, t1,
-      solver, tolerances, ...), enough to re-run it.
+      solver, tolerances, ...), enough to re-run it; `solver_options` (present
+      when a solver instance was passed with non-default fields) names them,
+      e.g. `{"jacobian_tol": 5.0}`.
     - `stats`: `num_steps`, `num_accepted_steps`, `num_rejected_steps`,
       `num_grad_evals`,
       `num_hvps` (`None` where unknown), `resumed_from` (the time a

@@ -388,3 +388,31 @@ def test_carried_basis_finds_the_dominant_eigenpairs_at_fewer_products(
         V = np.asarray(state.V)
         # V spans the top three eigenvectors
         np.testing.assert_allclose(np.linalg.svd(Qr[:, :3].T @ V)[1], 1.0, rtol=1e-10)
+
+
+def test_solver_options_are_recorded_in_the_settings():
+    # A saved result says which solver made it; a checkpoint of one solver's
+    # solve is not resumed by another (the settings differ).
+    from gradflow._integrate import prepare, solver_options
+
+    assert solver_options(gf.solvers.ROS34PW2()) == {}
+    assert solver_options(dfx.Tsit5()) == {}
+    tuned = gf.solvers.ROS34PW2(jacobian_tol=5.0, carry_basis=True)
+    assert solver_options(tuned) == {"jacobian_tol": 5.0, "carry_basis": True}
+    kwargs = dict(
+        init_scale=1e-3,
+        params=None,
+        width=2,
+        t1=10.0,
+        ts=None,
+        seed=0,
+        rtol=None,
+        atol=None,
+        max_steps=100,
+        dtype="float64",
+    )
+    chain = gf.chains.random(3, seed=0)
+    setup = prepare(chain, solver=tuned, **kwargs)
+    assert setup.settings["solver_options"] == solver_options(tuned)
+    # absent for a default solver: older checkpoints of default calls still resume
+    assert "solver_options" not in prepare(chain, solver=None, **kwargs).settings
