@@ -4,14 +4,19 @@ import shutil
 import tempfile
 
 
-# One fresh persistent compilation cache for the test session, shared with the
-# subprocesses the tests start (they inherit the variable): the CLI's cache
-# (`gradflow.cli.enable_compilation_cache`) goes there instead of the user's
-# cache folder, so a test run neither reads nor leaves anything outside its
-# own temporary folder, and is timed as on a clean machine.
-_CACHE = tempfile.mkdtemp(prefix="gradflow-jax-")
+# One fresh persistent compilation cache for the test session, shared by the
+# pytest-xdist workers (each inherits the controller's GRADFLOW_TEST_JAX_CACHE)
+# and the subprocesses the tests start (they inherit JAX_COMPILATION_CACHE_DIR):
+# a compilation one worker made is loaded, not compiled again, by the other;
+# the CLI's cache (`gradflow.cli.enable_compilation_cache`) goes there instead
+# of the user's cache folder, so a test run neither reads nor leaves anything
+# outside its own temporary folder, and is timed as on a clean machine.
+_CACHE = os.environ.get("GRADFLOW_TEST_JAX_CACHE")
+if _CACHE is None:  # the pytest process itself (with xdist: the controller)
+    _CACHE = tempfile.mkdtemp(prefix="gradflow-jax-")
+    os.environ["GRADFLOW_TEST_JAX_CACHE"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -30,6 +35,11 @@ import gradflow as gf  # noqa: E402, F401  (turns on float64)
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+# A size limit turns on JAX's file lock around each read and write of the cache
+# (two workers write to it at once); every compilation of 0.1 s or more is kept.
+jax.config.update("jax_compilation_cache_max_size", 2**40)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def tree_allclose(x, y, *, rtol=1e-5, atol=1e-8):
