@@ -17,6 +17,14 @@ if _CACHE is None:  # the pytest process itself (with xdist: the controller)
     os.environ["GRADFLOW_TEST_JAX_CACHE"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+# A size limit turns on JAX's file lock around each read and write of the cache
+# (two workers, or a test and the processes it starts, write to it at once).
+# Set in the environment, so every process that shares the cache locks it
+# (entries written without the lock lack the access-time file the lock's
+# eviction reads). Every compilation of 0.1 s or more is kept.
+os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**40)
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -35,11 +43,6 @@ import gradflow as gf  # noqa: E402, F401  (turns on float64)
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
-# A size limit turns on JAX's file lock around each read and write of the cache
-# (two workers write to it at once); every compilation of 0.1 s or more is kept.
-jax.config.update("jax_compilation_cache_max_size", 2**40)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def tree_allclose(x, y, *, rtol=1e-5, atol=1e-8):
