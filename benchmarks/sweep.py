@@ -4,6 +4,11 @@ one gf.integrate member, in the same process, both compiled first; then the
 cost per member at 1, 8, 64 and 256 members.
 
     PYTHONPATH=. python benchmarks/sweep.py [--sizes 1 8 64 256] [--json out.json]
+        [--batch-size N | --batch-size all]
+
+`--batch-size` is `gf.sweep`'s (how many of a device's members step together
+under `vmap`; default: 1 on a CPU, all on a GPU or TPU); `all` batches every
+member of a device.
 
 Each configuration runs once to compile and is then timed `--repeat` times
 (best of). Done means: 64 members cost at most 8x one member.
@@ -48,7 +53,13 @@ def main():
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-stages", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--batch-size", default=None)
     args = parser.parse_args()
+    batch_size = args.batch_size
+    if batch_size == "all":
+        batch_size = 1 << 30
+    elif batch_size is not None:
+        batch_size = int(batch_size)
     stages = not args.no_stages
     chain = gf.chains.sticky(D, TOP, RHO, 0.0)
 
@@ -70,7 +81,7 @@ def main():
         def run(chains=chains, seeds=seeds, deltas=deltas):
             return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH,
                             t1=T1, labels={"delta": deltas}, progress=False,
-                            stages=stages)  # fmt: skip
+                            stages=stages, batch_size=batch_size)  # fmt: skip
 
         start = time.perf_counter()
         run()  # compile
@@ -83,6 +94,7 @@ def main():
             "first_call_s": t_first, "vs_one_member": t / t_solo,
             "max_steps": int(steps.max()), "mean_steps": float(steps.mean()),
             "ok": int(sw.ok.sum()), "devices": sw.stats["num_devices"],
+            "batch_size": sw.stats["batch_size"], "total_steps": int(steps.sum()),
         })  # fmt: skip
         r = rows[-1]
         print(
@@ -91,7 +103,8 @@ def main():
             f"{r['cpu_vs_one_member']:.2f} x, {r['cpu_per_member_s']:.3f} s per member "
             f"(first call "
             f"{t_first:.1f} s; steps mean {r['mean_steps']:.0f}, max "
-            f"{r['max_steps']}; {r['ok']} ok; {r['devices']} device(s))",
+            f"{r['max_steps']}; {r['ok']} ok; {r['devices']} device(s), batch "
+            f"size {r['batch_size']})",
             flush=True,
         )
     r64 = next(r for r in rows if r["members"] == 64)
@@ -112,11 +125,20 @@ def main():
         f"(wall), {c_loop / r64['cpu_s']:.2f} x (CPU)",
         flush=True,
     )
+    solo_steps = traj.stats["num_steps"]
+    if r64["batch_size"] > 1:
+        print(
+            f"a batch takes as many steps as its slowest member: {r64['max_steps']} "
+            f"here against {solo_steps} for the one member above, so "
+            f"{r64['max_steps'] / solo_steps:.2f} x of the ratio is that member's "
+            "longer path"
+        )
     print(
-        f"a batch takes as many steps as its slowest member: {r64['max_steps']} "
-        f"here against {traj.stats['num_steps']} for the one member above, so "
-        f"{r64['max_steps'] / traj.stats['num_steps']:.2f} x of the ratio is "
-        "that member's longer path"
+        f"the 64 members take {r64['total_steps']} steps in all, "
+        f"{r64['total_steps'] / solo_steps:.0f} x the one member's {solo_steps}: "
+        "where members are stepped one after another (a CPU), the cost grows "
+        "with that total, and only a call's fixed costs (paid once by the sweep, "
+        "once per member by a loop) bring the ratio below it"
     )
     r64.update(loop_wall_s=t_loop, loop_cpu_s=c_loop)
     for key, what in (("vs_one_member", "wall"), ("cpu_vs_one_member", "CPU")):

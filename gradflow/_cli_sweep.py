@@ -119,6 +119,13 @@ def register(subparsers) -> None:
     p.add_argument("--max-steps", type=int, default=4_000_000)
     p.add_argument("--no-stages", action="store_true", help="skip stage detection")
     p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="members of a device stepped together under vmap (default: 1 on a "
+        "CPU, all on a GPU or TPU)",
+    )
+    p.add_argument(
         "--checkpoint",
         action="store_true",
         help="keep a checkpoint in --out (a killed sweep run again resumes)",
@@ -224,6 +231,7 @@ def run(args) -> int:
                 progress=not args.no_progress,
                 checkpoint=out / "sweep.ckpt.npz" if args.checkpoint else None,
                 model=model,
+                batch_size=args.batch_size,
             )
         except (TypeError, ValueError) as e:
             print(f"gradflow sweep: error: {e}", file=sys.stderr)

@@ -6,11 +6,15 @@ Every member of a sweep is validated and prepared exactly as
 default tolerances, same [`gradflow._loop.Spec`][]); then the members' loop
 states, chains and step-size controllers (their `rtol`/`atol` arrays) are
 stacked along a leading *member axis* and advanced together: one compiled
-`run_chunk` under `jax.vmap`, inside `shard_map` over a one-dimensional device
-mesh. Each device loops only as long as one of its own members needs steps; a
-member that has finished or failed is returned unchanged by `run_chunk`, so it
-costs only the padding of the batch (its lanes of the vectorised step are
-computed and discarded). After the solve each member's
+chunk of `run_chunk`, inside `shard_map` over a one-dimensional device mesh.
+On each device its members go `batch_size` at a time through `run_chunk`
+under `jax.vmap`, the groups one after another (`jax.lax.map`): all of them
+at once on a GPU or TPU (the default there), one by one on a CPU (the default
+there: a CPU has no idle vector lanes for a batch to fill). Each device loops
+only as long as one of its own members needs steps; a member that has
+finished or failed is returned unchanged by `run_chunk`: one by one it costs
+nothing, in a batch it costs the padding (its lanes of the vectorised step
+are computed and discarded). After the solve each member's
 [`gradflow.Trajectory`][] is built by the same code as a solo call's.
 
 What is batched: the solve (all members' steps, step sizes, error control and
@@ -65,7 +69,7 @@ from ._observe import Observer
 from ._progress import host_progress
 from ._records import EventRecord
 from ._sweep_result import RESERVED_COLUMNS, Member, Sweep
-from ._validate import check_init_scale, check_seed
+from ._validate import check_init_scale, check_integer, check_seed
 from ._variants import Model, VariantParams
 from ._watch import WatchState, empty_buffer
 
@@ -296,18 +300,29 @@ def _advance(spec_static, lanes: _Lanes, ts, t1):
     return _tree_where(lanes.active, new, state)
 
 
+def _per_device(spec_static, batch_size: int, lanes: _Lanes, ts, t1):
+    """One chunk for a device's members: `batch_size` of them at a time under
+    `vmap`, the groups one after another (`lax.map`); all at once when
+    `batch_size` covers them, one by one (no `vmap` at all) when it is 1."""
+    n_local = jax.tree.leaves(lanes)[0].shape[0]
+    advance = functools.partial(_advance, spec_static, ts=ts, t1=t1)
+    if batch_size >= n_local:
+        return jax.vmap(advance)(lanes)
+    if batch_size == 1:
+        return jax.lax.map(advance, lanes)
+    return jax.lax.map(advance, lanes, batch_size=batch_size)
+
+
 @eqx.filter_jit
-def _step(spec_static, mesh, lanes: _Lanes, ts, t1):
-    """The batched chunk: `vmap` over a device's members inside `shard_map`
-    over the mesh, so each device loops only while its own members need
-    steps. Static parts (solver, chunk size, mesh) are the compile key: a
-    second sweep of the same shapes reuses the compiled chunk."""
-    batched = jax.vmap(
-        functools.partial(_advance, spec_static), in_axes=(0, None, None)
-    )
+def _step(spec_static, mesh, lanes: _Lanes, ts, t1, *, batch_size: int):
+    """The batched chunk: each device advances its own members (see
+    `_per_device`) inside `shard_map` over the mesh, so each device loops
+    only while its own members need steps. Static parts (solver, chunk size,
+    mesh, batch size) are the compile key: a second sweep of the same shapes
+    reuses the compiled chunk."""
     m, r = PartitionSpec(_AXIS), PartitionSpec()
     return jax.shard_map(
-        batched,
+        functools.partial(_per_device, spec_static, batch_size),
         mesh=mesh,
         in_specs=(m, r, r),
         out_specs=m,
@@ -330,6 +345,7 @@ class _Plan:
     observer: Observer
     save_attention: bool
     devices: tuple
+    batch_size: int  # members of a device stepped together under `vmap`
     checkpoint: Any
     checkpoint_every: float
 
@@ -415,6 +431,7 @@ def _prepare(
     save_attention,
     checkpoint,
     checkpoint_every,
+    batch_size,
     solo: dict,
 ) -> _Plan:
     """Checks every argument of `sweep` (in the order of its errors) and
@@ -428,10 +445,18 @@ def _prepare(
     thresholds = check_thresholds(thresholds)
     checkpoint = check_path(checkpoint)
     checkpoint_every = check_every(checkpoint_every)
+    if batch_size is not None:
+        batch_size = check_integer("batch_size", batch_size, least=1)
     if save_attention is None:
         save_attention = d <= MAX_SAVED_ATTENTION_D
     observer = Observer(stages=bool(stages), thresholds=thresholds, events=events)
     setups, members = _prepare_members(chains, axes, params, chain_labels, solo)
+    per_device = -(-len(setups) // len(devices))
+    if batch_size is None:
+        # A CPU has no idle vector lanes for a batch to fill: there a member
+        # costs only its own steps when the members go one by one.
+        on_cpu = all(dev.platform == "cpu" for dev in devices)
+        batch_size = 1 if on_cpu else per_device
     return _Plan(
         chains=chains,
         chain_labels=chain_labels,
@@ -441,6 +466,7 @@ def _prepare(
         observer=observer,
         save_attention=bool(save_attention),
         devices=devices,
+        batch_size=min(batch_size, per_device),
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
     )
@@ -681,6 +707,7 @@ def _run(plan: _Plan, batch: _Batch, ckpt, *, progress: bool) -> _Outcome:
                 batch.lanes(active, state),
                 batch.ts,
                 batch.t1,
+                batch_size=plan.batch_size,
             )
             num_chunks += 1
             fired = _read_events(state, plan, records)
@@ -742,6 +769,7 @@ def _assemble(
         "num_devices": len(plan.devices),
         "num_processes": jax.process_count(),
         "padding": batch.n_pad,
+        "batch_size": plan.batch_size,
         "num_chunks": outcome.num_chunks,
         "num_steps": [int(x) for x in host_state.num_steps],
         "resumed": resumed_from is not None,
@@ -786,6 +814,7 @@ def sweep(
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
     model: Model | None = None,
+    batch_size: int | None = None,
 ) -> Sweep:
     r"""Integrates many gradient flows in one call (SPEC section 10).
 
@@ -798,10 +827,11 @@ def sweep(
     alone with the same arguments (same initial point, same default
     tolerances); `sw[i]` is that [`gradflow.Trajectory`][].
 
-    All members are solved together: one compiled solve, `vmap`ped over the
-    members (each has its own step sizes, events and failure), sharded over
+    All members are solved together: one compiled solve, sharded over
     `devices` (the member axis is padded to a multiple of the device count by
-    repeating member 0; the padding is dropped). A member that fails (out of
+    repeating member 0; the padding is dropped); on each device its members
+    go `batch_size` at a time through one `vmap`ped loop (each has its own
+    step sizes, events and failure). A member that fails (out of
     steps, non-finite) keeps its partial trajectory and message and does not
     stop the others. Members share `d`, `width`, the solver, `t1` and the save
     times (see `docs/sweeps.md`).
@@ -821,6 +851,11 @@ def sweep(
       `jax.devices()`, every host's after `jax.distributed.initialize()`).
     - `labels`: names for the chain axis, e.g. `{"delta": deltas}` (one value
       per chain), carried into `sw.members`, `sw.table()` and the plots.
+    - `batch_size`: how many of a device's members step together under
+      `vmap`; the groups go one after another (`jax.lax.map`). Default: all
+      of them on a GPU or TPU; 1 on a CPU, which has no idle vector lanes for
+      a batch to fill (a member then costs only its own steps, where in a
+      batch it waits, computed and discarded, for the slowest member).
     - `progress`: a progress bar over members x time.
     - `checkpoint`, `checkpoint_every`: one file for the whole sweep, written
       every `checkpoint_every` seconds, after each chunk with events and at
@@ -850,7 +885,7 @@ def sweep(
         chains, init_scale=init_scale, params=params, seeds=seeds, labels=labels,
         devices=devices, stages=stages, events=events, thresholds=thresholds,
         save_attention=save_attention, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
+        checkpoint_every=checkpoint_every, batch_size=batch_size,
         solo=dict(
             width=width, t1=t1, ts=ts, solver=solver, rtol=rtol, atol=atol,
             max_steps=max_steps, dtype=dtype, model=model,

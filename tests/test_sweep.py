@@ -69,6 +69,26 @@ def test_member_equals_solo_integrate(sw, i):
         assert abs(a.t - b.t) <= 5e-3 * b.t
     assert traj.settings == solo.settings
     assert traj.stats["num_steps"] == solo.stats["num_steps"]
+    # On a CPU the members go one by one (batch_size 1): the same computation
+    # as the solo call, so the same numbers to round-off.
+    assert sw.stats["batch_size"] == 1
+    np.testing.assert_allclose(traj.loss, solo.loss, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("batch_size", [8, 4])
+def test_batch_sizes_agree(sw, batch_size):
+    """All 8 members in one `vmap` (the default on a GPU) and two groups of 4
+    (`lax.map` over `vmap`ped groups) give the members of one-by-one."""
+    batched = small_sweep(gf, batch_size=batch_size)
+    assert batched.stats["batch_size"] == batch_size
+    assert batched.ok.all()
+    np.testing.assert_allclose(batched.loss, sw.loss, rtol=1e-9, atol=0)
+    for a, b in zip(batched, sw, strict=True):
+        assert [e.name for e in a.events] == [e.name for e in b.events]
+        np.testing.assert_allclose(
+            [e.t for e in a.events], [e.t for e in b.events], rtol=1e-8
+        )
+        assert [s.name for s in a.stages] == [s.name for s in b.stages]
 
 
 def test_members_in_c_order_with_labels(sw):
@@ -204,6 +224,8 @@ def _bad_params():
         (dict(width=0), ValueError, "width must be >= 1"),
         (dict(t1=-1.0), ValueError, "t1 must be finite and > 0"),
         (dict(solver="nope"), ValueError, "unknown solver"),
+        (dict(batch_size=0), ValueError, "batch_size must be >= 1, got batch_size = 0"),
+        (dict(batch_size=2.0), TypeError, "batch_size must be an integer"),
     ],
 )
 def test_bad_input(kwargs, error, match):
