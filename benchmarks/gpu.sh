@@ -9,6 +9,9 @@
 # itself is imported from the working tree through PYTHONPATH.
 #
 # It writes everything under $OUT (or ./gpu-out when OUT is unset):
+#   sweep.md, sweep.json  issue 13's criterion: 64 members against one, and
+#                      the cost per member at 1, 8, 64, 256 and 1,024 members
+#                      (on a GPU every member of the device in one vmap)
 #   solvers-quick.md   the quick solver table (sticky scenario), float64
 #   scaling-grad.md    time per gradient / HVP for d = 8 ... 2048, float64
 #   env.txt            versions and the GPU
@@ -31,7 +34,9 @@ PY="${PYTHON:-python3}"
   "$PY" -c "import jax, diffrax, equinox; print('jax', jax.__version__, jax.devices()); print('diffrax', diffrax.__version__, 'equinox', equinox.__version__)"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-# The grad/HVP table first: it is short and the most informative on a GPU.
-timeout 200 "$PY" benchmarks/scaling.py --max-d 2048 --skip-cycle 2>&1 | tee "$OUT/scaling-grad.md"
+# The sweep first (issue 13's GPU criterion), then the grad/HVP table (short,
+# where a GPU should shine), then the quick solver table; 580 s in all at most.
+timeout 240 "$PY" benchmarks/sweep.py --sizes 1 8 64 256 1024 --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.md"
+timeout 120 "$PY" benchmarks/scaling.py --max-d 2048 --skip-cycle 2>&1 | tee "$OUT/scaling-grad.md"
 # The quick solver table (computes the tight Tsit5 reference first, cached in $OUT).
-timeout 330 "$PY" benchmarks/solvers.py --quick --cache "$OUT/cache" 2>&1 | tee "$OUT/solvers-quick.md"
+timeout 220 "$PY" benchmarks/solvers.py --quick --cache "$OUT/cache" 2>&1 | tee "$OUT/solvers-quick.md"
