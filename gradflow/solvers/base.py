@@ -104,6 +104,21 @@ class RosenbrockWState(eqx.Module):
     basis: Float[Array, "n r"] | None = None
 
 
+def _subspace_iterate(jvps: Callable, Q: Array, times: int) -> Array:
+    """`times` steps of subspace iteration: `Q <- qr(J Q)`."""
+    for _ in range(times):
+        Q, _ = jnp.linalg.qr(jvps(Q))
+    return Q
+
+
+def _ritz(Q: Array, JQ: Array) -> tuple[Array, Array]:
+    """Ritz vectors and values of the symmetrised `J` on the columns of `Q`
+    (orthonormal), given `J Q`."""
+    B = Q.T @ JQ
+    mu, U = jnp.linalg.eigh(0.5 * (B + B.T))
+    return Q @ U, mu
+
+
 class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
     r"""A Rosenbrock-W method with the W-matrix kept in eigen-form.
 
@@ -227,25 +242,15 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         if self._carries(n):
             Q = basis
             JQ = jvps(Q)
-            B = Q.T @ JQ
-            mu, U = jnp.linalg.eigh(0.5 * (B + B.T))
+            V, mu = _ritz(Q, JQ)
             nxt, _ = jnp.linalg.qr(JQ)
-            for _ in range(self.power_iterations - 1):
-                nxt, _ = jnp.linalg.qr(jvps(nxt))
+            nxt = _subspace_iterate(jvps, nxt, self.power_iterations - 1)
             count = self.power_iterations * self.rank
-            return Q @ U, mu, jnp.asarray(count, jnp.int32), nxt
-        Q = V_prev
-        for _ in range(self.power_iterations):
-            Q, _ = jnp.linalg.qr(jvps(Q))
-        JQ = jvps(Q)
-        B = Q.T @ JQ
-        mu, U = jnp.linalg.eigh(0.5 * (B + B.T))
-        return (
-            Q @ U,
-            mu,
-            jnp.asarray((self.power_iterations + 1) * self.rank, jnp.int32),
-            basis,
-        )
+            return V, mu, jnp.asarray(count, jnp.int32), nxt
+        Q = _subspace_iterate(jvps, V_prev, self.power_iterations)
+        V, mu = _ritz(Q, jvps(Q))
+        count = (self.power_iterations + 1) * self.rank
+        return V, mu, jnp.asarray(count, jnp.int32), basis
 
     # -- diffrax interface -----------------------------------------------------
 
