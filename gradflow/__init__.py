@@ -42,6 +42,7 @@ from ._integrate import (  # noqa: E402
     integrate as integrate,
     integrate_stages as integrate_stages,
 )
+from ._load import load as load  # noqa: E402
 from ._model import (  # noqa: E402
     Params as Params,
     attention as attention,
@@ -73,7 +74,7 @@ from ._sweep_result import (  # noqa: E402
     Sweep as Sweep,
     load_sweep as load_sweep,
 )
-from ._trajectory import Trajectory as Trajectory, load as load  # noqa: E402
+from ._trajectory import Trajectory as Trajectory  # noqa: E402
 from ._variants import Model as Model, VariantParams as VariantParams  # noqa: E402
 from .theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,

@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from ._trajectory import load as load_trajectory
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -36,14 +38,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import gradflow as gf
 
     from .theory import critical_points, format_report, theory_report
 
     if not (math.isfinite(args.threshold) and args.threshold > 0):
         raise SystemExit(f"--threshold must be finite and > 0, got {args.threshold}")
     try:
-        traj = gf.load(args.trajectory)
+        traj = load_trajectory(args.trajectory)
     except (FileNotFoundError, ValueError) as e:
         print(f"gradflow theory: {e}", file=sys.stderr)
         return 2

@@ -76,6 +76,24 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def peek_format(path) -> str | None:
+    """The `format` a gradflow `.npz` file declares (reading only its metadata
+    member), or `None` if `path` is not a readable gradflow file (the full
+    reader then says why)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    try:
+        # the file opened here, so that it is closed whatever np.load raises
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
+            if "__gradflow__" not in npz.files:
+                return None
+            meta = json.loads(str(npz["__gradflow__"]))
+    except Exception:
+        return None
+    found = meta.get("format") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def read_npz_with_meta(
     path: str | os.PathLike, expected_format: str
 ) -> tuple[dict, dict]:

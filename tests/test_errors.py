@@ -908,10 +908,10 @@ CASES = [
         r"incomplete\.npz' is an incomplete gradflow trajectory: missing 'settings'",
     ),
     Case(
-        "load-sgd-run",
-        lambda f: gf.load(f.sgd),
+        "load_sweep-sgd-run",
+        lambda f: gf.load_sweep(f.sgd),
         ValueError,
-        r"sgd_run\.npz' is a 'gradflow-sgd' file, not a 'gradflow-trajectory' file; "
+        r"sgd_run\.npz' is a 'gradflow-sgd' file, not a 'gradflow-sweep' file; "
         r"read it with gradflow\.load_sgd",
     ),
     Case(

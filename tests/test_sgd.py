@@ -259,6 +259,11 @@ def test_save_load_roundtrip(tmp_path, real_stages):
     np.testing.assert_array_equal(back.params.W0, run.params.W0)
     assert back.settings == run.settings and back.ok
     np.testing.assert_allclose(back.chain.P, run.chain.P)
+    # gf.load reads any result file: here an SGD run, the same as load_sgd.
+    any_ = gf.load(path)
+    assert isinstance(any_, gf.SGDRun)
+    np.testing.assert_array_equal(any_.population_loss, run.population_loss)
+    assert any_.settings == run.settings
     traj = gf.Trajectory(
         ts=run.ts,
         loss=run.loss,

@@ -159,6 +159,11 @@ def test_save_load(sw, tmp_path):
             stage_field(s, "name") for s in b.stages
         ]
     assert back.table().equals(sw.table())
+    # gf.load reads any result file: here a sweep, the same as load_sweep.
+    any_ = gf.load(path)
+    assert isinstance(any_, gf.Sweep) and any_.members == sw.members
+    np.testing.assert_array_equal(any_.loss, sw.loss)
+    assert isinstance(gf.load(sw[0].save(tmp_path / "member.npz")), gf.Trajectory)
     with pytest.raises(ValueError, match="not a 'gradflow-sweep' file"):
         gf.load_sweep(sw[0].save(tmp_path / "one.npz"))
     # A file of a newer format is refused, naming both versions.
