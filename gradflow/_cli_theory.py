@@ -38,7 +38,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from .theory import critical_points, format_report, theory_report
 
     if not (math.isfinite(args.threshold) and args.threshold > 0):

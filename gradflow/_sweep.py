@@ -309,6 +309,8 @@ def _per_device(spec_static, batch_size: int, lanes: _Lanes, ts, t1):
     if batch_size >= n_local:
         return jax.vmap(advance)(lanes)
     if batch_size == 1:
+        # not `batch_size=1`: with it lax.map would still `vmap` each member
+        # (over an axis of one), a batched loop instead of the solo one
         return jax.lax.map(advance, lanes)
     return jax.lax.map(advance, lanes, batch_size=batch_size)
 
