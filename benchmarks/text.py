@@ -17,8 +17,9 @@ loader's work when other jobs compete for the cores.
 
 What is measured, per case: `gf.text.load(path, level)` and then
 `gf.text.encode(corpus, vocab_size)` (tokens, bigram chain), as a user calls
-them; "main" is `gradflow/_text.py` of the `main` branch (`git show
-main:gradflow/_text.py`), imported into a temporary module.
+them; "main" is the text code of the `main` branch (`git show main:...` of
+`gradflow/text/`, or of `gradflow/_text.py` before it was split into that
+package), imported into a temporary module.
 """
 
 import argparse
@@ -41,7 +42,7 @@ def make_corpus(path: Path, n_bytes: int, seed: int = 0, exponent: float = 1.1):
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from gradflow._text import builtin_text
+    from gradflow.text import builtin_text
 
     words = re.findall(r"[^\W_]+(?:'[^\W_]+)*", builtin_text())
     vocab = np.array([w for w, _ in Counter(words).most_common()], dtype=object)
@@ -68,27 +69,39 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _import_main_text():
-    """Main's `gradflow/_text.py` as the module `gradflow._text_main`."""
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _import_main_text(ref: str = "main"):
+    """Main's text code as the module `gradflow._text_main`: the package
+    `gradflow/text/`, or the module `gradflow/_text.py` it was split from."""
     import importlib.util
+    import shutil
 
     import gradflow  # noqa: F401  (the package its relative imports need)
 
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", "main:gradflow/_text.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    names = _git("ls-tree", "--name-only", ref, "gradflow/text/").split()
     folder = Path(tempfile.mkdtemp())
-    file = folder / "_text_main.py"
-    file.write_text(source)
-    spec = importlib.util.spec_from_file_location("gradflow._text_main", file)
+    if names:
+        package = folder / "_text_main"
+        package.mkdir()
+        for name in names:
+            if name.endswith(".py"):
+                (package / Path(name).name).write_text(_git("show", f"{ref}:{name}"))
+        file, search = package / "__init__.py", [str(package)]
+    else:
+        file, search = folder / "_text_main.py", None
+        file.write_text(_git("show", f"{ref}:gradflow/_text.py"))
+    spec = importlib.util.spec_from_file_location(
+        "gradflow._text_main", file, submodule_search_locations=search
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["gradflow._text_main"] = module
     spec.loader.exec_module(module)
-    file.unlink()
-    folder.rmdir()
+    shutil.rmtree(folder)
     return module
 
 
@@ -100,7 +113,7 @@ def measure(impl: str, path: str, level: str, vocab_sizes: list[int]) -> dict:
     if impl == "main":
         text = _import_main_text()
     else:
-        import gradflow._text as text
+        import gradflow.text as text
     base = _rss_mb()
     t, c = time.perf_counter(), time.process_time()
     kwargs = {} if impl == "main" else {"progress": False}

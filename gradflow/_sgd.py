@@ -41,7 +41,6 @@ from ._sgd_checkpoint import (
 from ._sgd_loss import batch_loss, population_observables
 from ._sgd_run import SGDRun
 from ._sgd_samplers import AbstractSampler, ChainSampler, DatasetSampler, WindowSampler
-from ._text import TokenStream
 from ._validate import (
     check_dtype,
     check_integer,
@@ -49,6 +48,7 @@ from ._validate import (
     check_save_times,
     check_seed,
 )
+from .text._bigram import TokenStream
 
 
 # Steps run inside one compiled call between progress-bar updates. Results do

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._checkpoint import digest, pack_tree, unpack_tree
 from ._model import param_arrays
-from ._text import TokenStream
+from .text._bigram import TokenStream
 
 
 @dataclasses.dataclass

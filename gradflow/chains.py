@@ -187,7 +187,7 @@ def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovC
     return MarkovChain(P / P.sum(axis=1, keepdims=True))
 
 
-from ._text import from_text as from_text  # noqa: E402
+from .text._encode import from_text as from_text  # noqa: E402
 
 
 __all__ = [

@@ -5,6 +5,9 @@ import pytest
 
 import gradflow as gf
 
+# An internal: the tests shrink its read block to cut text at block boundaries.
+from gradflow.text import _read
+
 
 GPL3 = Path("/usr/share/common-licenses/GPL-3")
 
@@ -225,7 +228,7 @@ def test_streaming_matches_whole_text_reference(monkeypatch, tmp_path, level, bl
     # Blocks of 13 bytes cut the text almost everywhere: the pieces must still
     # join into exactly the tokens of the whole text (words, whitespace runs,
     # UTF-8 sequences, the blank line that joins the files of a folder).
-    monkeypatch.setattr(gf._text, "BLOCK_BYTES", block)
+    monkeypatch.setattr(_read, "BLOCK_BYTES", block)
     parts = [
         ENGLISH,
         "Ünïcode wörds: naïve café, don't split — “quoted” ΣΟΦΊΑ σοφός\n\n\n",
@@ -255,7 +258,7 @@ def test_ids_use_the_smallest_integer_type():
 
 
 def test_non_utf8_offset_in_a_later_block(monkeypatch, tmp_path):
-    monkeypatch.setattr(gf._text, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(_read, "BLOCK_BYTES", 64)
     path = tmp_path / "late.txt"
     path.write_bytes(("the cat sat " * 20).encode() + b"caf\xe9 " + b"ok " * 30)
     with pytest.raises(ValueError, match=r"byte 0xe9 at offset 243 cannot"):
