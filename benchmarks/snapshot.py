@@ -35,10 +35,12 @@ def _params(params) -> dict[str, np.ndarray]:
 
 
 def _records(records) -> list[dict]:
+    """Records as dicts, without fields that are unset (`None`): a version
+    that adds an optional field compares equal where it does not set it."""
     out = []
     for r in records:
         d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
-        out.append({k: v for k, v in d.items()})
+        out.append({k: v for k, v in d.items() if v is not None})
     return out
 
 

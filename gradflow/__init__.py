@@ -1,5 +1,5 @@
-"""gradflow: the exact population gradient flow of a one-layer Transformer on
-Markov-chain data.
+"""gradflow: the exact population gradient flow of any population loss (a
+`gf.Problem`), first of all a one-layer Transformer on Markov-chain data.
 
 Importing gradflow turns on JAX's float64 mode (`jax_enable_x64`): saddle
 escapes grow from components of size `init_scale`, which float32 resolves badly.
@@ -12,38 +12,57 @@ jax.config.update("jax_enable_x64", True)
 
 from . import (  # noqa: E402
     chains as chains,
+    problems as problems,
     solvers as solvers,
     text as text,
     theory as theory,
 )
-from ._chain import (  # noqa: E402
-    MarkovChain as MarkovChain,
-    entropy_bounds as entropy_bounds,
-    stationary_distribution as stationary_distribution,
+from ._core.records import (  # noqa: E402
+    STAGE_KINDS as STAGE_KINDS,
+    EventRecord as EventRecord,
+    Stage as Stage,
+    stage_events as stage_events,
 )
-from ._checkpoint import Interrupted as Interrupted  # noqa: E402
-from ._compare import Comparison as Comparison, compare as compare  # noqa: E402
-from ._diagnostics import (  # noqa: E402
-    attention_entropy as attention_entropy,
-    diagnostic_rates as diagnostic_rates,
-    diagnostics as diagnostics,
-)
-from ._events import (  # noqa: E402
+from ._engine.driver import Interrupted as Interrupted  # noqa: E402
+from ._engine.events import (  # noqa: E402
     Event as Event,
     SegmentedSolution as SegmentedSolution,
     solve_with_events as solve_with_events,
 )
-from ._integrate import (  # noqa: E402
+from ._engine.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
+from ._engine.problem import Problem as Problem  # noqa: E402
+from ._engine.result import Trajectory as Trajectory, load as load  # noqa: E402
+from ._engine.solving import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
-    GradientFlow as GradientFlow,
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
+)
+from ._engine.stages import StageThresholds as StageThresholds  # noqa: E402
+from ._engine.sweep_result import (  # noqa: E402
+    Member as Member,
+    Sweep as Sweep,
+    load_sweep as load_sweep,
+)
+from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._sgd.run import SGDRun as SGDRun, load_sgd as load_sgd  # noqa: E402
+from ._sgd.train import train_sgd as train_sgd  # noqa: E402
+from .problems._markov.chain import (  # noqa: E402
+    MarkovChain as MarkovChain,
+    entropy_bounds as entropy_bounds,
+    stationary_distribution as stationary_distribution,
+)
+from .problems._markov.diagnostics import (  # noqa: E402
+    attention_entropy as attention_entropy,
+    diagnostic_rates as diagnostic_rates,
+    diagnostics as diagnostics,
+)
+from .problems._markov.entry import (  # noqa: E402
     integrate as integrate,
     integrate_stages as integrate_stages,
+    sweep as sweep,
 )
-from ._load import load as load  # noqa: E402
-from ._model import (  # noqa: E402
+from .problems._markov.model import (  # noqa: E402
     Params as Params,
     attention as attention,
     attention_summary as attention_summary,
@@ -53,29 +72,18 @@ from ._model import (  # noqa: E402
     population_logits as population_logits,
     population_loss as population_loss,
 )
-from ._records import EventRecord as EventRecord  # noqa: E402
-from ._sgd import train_sgd as train_sgd  # noqa: E402
-from ._sgd_run import SGDRun as SGDRun, load_sgd as load_sgd  # noqa: E402
-from ._stage_types import (  # noqa: E402
-    STAGE_KINDS as STAGE_KINDS,
-    Stage as Stage,
-    StageThresholds as StageThresholds,
-)
-from ._stages import (  # noqa: E402
-    detect_stages as detect_stages,
-    observe as observe,
+from .problems._markov.problem import (  # noqa: E402
     observe_params as observe_params,
-    stage_events as stage_events,
     stages_from_params as stages_from_params,
 )
-from ._sweep import sweep as sweep  # noqa: E402
-from ._sweep_result import (  # noqa: E402
-    Member as Member,
-    Sweep as Sweep,
-    load_sweep as load_sweep,
+from .problems._markov.stages import (  # noqa: E402
+    detect_stages as detect_stages,
+    observe as observe,
 )
-from ._trajectory import Trajectory as Trajectory  # noqa: E402
-from ._variants import Model as Model, VariantParams as VariantParams  # noqa: E402
+from .problems._markov.variants import (  # noqa: E402
+    Model as Model,
+    VariantParams as VariantParams,
+)
 from .theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,
     Linearization as Linearization,
@@ -107,6 +115,7 @@ __all__ = [
     "EventRecord",
     "finite_context_logits",
     "finite_context_loss",
+    "flow",
     "GradientFlow",
     "init_params",
     "integrate",
@@ -125,6 +134,8 @@ __all__ = [
     "Params",
     "population_logits",
     "population_loss",
+    "Problem",
+    "problems",
     "SegmentedSolution",
     "SGDRun",
     "solve_with_events",
@@ -147,7 +158,7 @@ __all__ = [
 ]
 
 
-from ._files import version as _installed_version  # noqa: E402
+from ._core.files import version as _installed_version  # noqa: E402
 
 
 __version__ = _installed_version()

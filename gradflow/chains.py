@@ -14,8 +14,8 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 
 import numpy as np
 
-from ._chain import MarkovChain
-from ._validate import check_integer, check_number, check_seed
+from ._core.validate import check_integer, check_number, check_seed
+from .problems._markov.chain import MarkovChain
 
 
 def _check_d(d: int, least: int = 2) -> int:

@@ -1,6 +1,6 @@
 """The `gradflow` command line.
 
-Each subcommand lives in its own module `gradflow._cli_<name>.py` exposing
+Each subcommand lives in its own module `gradflow/_cli/<name>.py` exposing
 `register(subparsers)`, which adds its parser and sets `func` (a function of
 the parsed arguments returning an exit code). List it in `_COMMANDS`.
 """
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMANDS:
-        importlib.import_module(f"gradflow._cli_{name}").register(subparsers)
+        importlib.import_module(f"gradflow._cli.{name}").register(subparsers)
     return parser
 
 

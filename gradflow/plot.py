@@ -24,9 +24,9 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from ._chain import entropy_bounds
-from ._model import attention_summary
-from ._trajectory import Trajectory
+from ._engine.result import Trajectory
+from .problems._markov.chain import entropy_bounds
+from .problems._markov.model import attention_summary
 
 
 STAGE_COLORS = {
@@ -353,7 +353,7 @@ def plot_all(
 
 
 def _check_sweep(sw):
-    from ._sweep_result import Sweep
+    from ._engine.sweep_result import Sweep
 
     if not isinstance(sw, Sweep):
         raise TypeError(f"expected a gradflow.Sweep, got {type(sw).__name__}")
@@ -379,8 +379,6 @@ def member_value(traj: Trajectory, value: str | Callable[[Trajectory], Any]) -> 
     member's first stage of that name, e.g. `"new_direction.t_start"`; `nan`
     when the member has no such stage), `"final_loss"`, `"num_steps"`, or a
     function `traj -> float`."""
-    from ._sweep_result import stage_field
-
     if callable(value):
         return float(value(traj))
     if value == "final_loss":
@@ -394,8 +392,8 @@ def member_value(traj: Trajectory, value: str | Callable[[Trajectory], Any]) -> 
         )
     name, field = value.split(".")
     for stage in traj.stages:
-        if stage_field(stage, "name") == name:
-            got = stage_field(stage, field)
+        if stage.name == name:
+            got = getattr(stage, field, None)
             return math.nan if got is None else float(got)
     return math.nan
 
@@ -563,7 +561,6 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
 
     **Returns:** the matplotlib figure.
     """
-    from ._sweep_result import stage_field
 
     _check_sweep(sw)
     plt = _pyplot()
@@ -604,9 +601,9 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     seen = set()
     for i, traj in enumerate(sw):
         for stage in traj.stages:
-            name = stage_field(stage, "name")
-            t0 = max(float(stage_field(stage, "t_start")), t_lo)
-            t1 = stage_field(stage, "t_end")
+            name = stage.name
+            t0 = max(float(stage.t_start), t_lo)
+            t1 = stage.t_end
             t1 = traj.t_final if t1 is None or not np.isfinite(t1) else float(t1)
             if not t1 > t0:
                 continue

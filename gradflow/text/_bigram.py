@@ -10,7 +10,7 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Int
 
-from .._chain import MarkovChain
+from ..problems._markov.chain import MarkovChain
 from ._checks import check_smoothing
 
 

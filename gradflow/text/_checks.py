@@ -6,7 +6,7 @@ names the argument and shows the value given. The other text modules take
 
 import numpy as np
 
-from .._errors import show
+from .._core.errors import show
 
 
 LEVELS = ("word", "char", "bpe")

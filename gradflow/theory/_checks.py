@@ -3,15 +3,16 @@ argument and its value, raised before anything is compiled."""
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._chain import MarkovChain
-from .._model import AnyParams, Params, param_arrays
-from .._trajectory import Trajectory
-from .._validate import check_finite_entries, is_number, show
-from .._variants import VariantParams
+from .._core.validate import is_number, show
+from .._engine.problem import Problem
+from .._engine.result import Trajectory
+from ..problems._markov.chain import MarkovChain
+from ..problems._markov.model import Params, model_of as params_model
+from ..problems._markov.problem import MarkovAttention
+from ..problems._markov.variants import VariantParams
 
 
 def check_chain(chain) -> MarkovChain:
@@ -22,31 +23,26 @@ def check_chain(chain) -> MarkovChain:
     return chain
 
 
-# Dimensions of one point (no time axis) of each parameter.
-_NDIM = {"W0": 2, "W1": 2, "WQ": 2, "WK": 2}
-_VARIANT_NDIM = {"W0": 2, "W1": 2, "WQ": 4, "WK": 4, "WV": 4, "gain": 1, "bias": 1}
-
-
-def check_point(params, chain: MarkovChain) -> AnyParams:
-    if not isinstance(params, (Params, VariantParams)):
+def as_problem(problem, params=None) -> Problem:
+    """A `gf.Problem` as it is; a chain as the paper's model on it, of the
+    width and model of `params` (when they are a point of it)."""
+    if isinstance(problem, Problem):
+        return problem
+    if not isinstance(problem, MarkovChain):
         raise TypeError(
-            "params must be a gradflow.Params or gradflow.VariantParams, got "
-            f"{type(params).__name__}"
+            "problem must be a gradflow.Problem or a gradflow.MarkovChain, got "
+            f"{type(problem).__name__}"
         )
-    ndims = _NDIM if isinstance(params, Params) else _VARIANT_NDIM
-    for name, value in param_arrays(params).items():
-        if np.ndim(value) != ndims[name]:
-            raise ValueError(
-                f"params.{name} must be {ndims[name]}-dimensional (one point, no time "
-                f"axis), got shape {np.shape(value)}; index a trajectory's params "
-                "as traj.params[i]"
-            )
-        check_finite_entries(f"params.{name}", value)
-    if params.d != chain.d:
-        raise ValueError(
-            f"params are for d = {params.d} tokens but the chain has d = {chain.d}"
-        )
-    return jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), params)
+    width, model = 16, None
+    if isinstance(params, (Params, VariantParams)) and np.ndim(params.W0) >= 2:
+        width, model = max(1, int(np.shape(params.W0)[-2])), params_model(params)
+    return MarkovAttention(problem, width, model, save_attention=False)
+
+
+def check_point(params, problem: Problem):
+    """One point of the problem (no time axis, finite), in float64: the
+    problem's own check (`Problem.check_params`)."""
+    return problem.check_params(params, jnp.float64)
 
 
 def check_trajectory(traj) -> Trajectory:
@@ -77,6 +73,7 @@ def check_rel_tol(tol) -> float:
 
 
 __all__ = [
+    "as_problem",
     "check_chain",
     "check_method",
     "check_point",

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .._chain import MarkovChain
-from .._model import Params
+from ..problems._markov.chain import MarkovChain
+from ..problems._markov.model import Params
 from ._critical import refine_critical_point
 from ._linearize import flatten_params, linearize
 

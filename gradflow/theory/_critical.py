@@ -7,12 +7,11 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from .._chain import MarkovChain
-from .._model import AnyParams
-from .._trajectory import Trajectory
+from .._engine.result import Trajectory
 from ._checks import (
-    check_chain,
+    as_problem,
     check_method,
     check_point,
     check_rel_tol,
@@ -25,8 +24,7 @@ from ._linearize import (
     flat_hessian,
     flatten_params,
     linearize,
-    static_model,
-    unflatten_params,
+    shape_of,
 )
 
 
@@ -39,13 +37,13 @@ DEFAULT_PLATEAU_THRESHOLD = 1e-2
 
 
 def refine_critical_point(
-    chain: MarkovChain,
-    params: AnyParams,
+    problem,
+    params,
     *,
     max_steps: int = 200,
     gtol: float = 1e-13,
     max_parameters: int = 5000,
-) -> tuple[AnyParams, bool]:
+) -> tuple[Any, bool]:
     r"""Moves `params` to a nearby critical point, $\nabla L = 0$.
 
     Minimises $|\nabla L|^2$ by Levenberg-Marquardt: the residual is
@@ -58,35 +56,39 @@ def refine_critical_point(
     step's span. Dense: the Hessian is formed (`max_parameters` bounds its
     size).
 
+    `problem`: a [`gradflow.Problem`][] (or a [`gradflow.MarkovChain`][] for
+    the paper's model); `params`: one point of it.
+
     **Returns:** `(point, converged)`, `converged` meaning $|\nabla L| <
     10^{-10}$ at the returned point.
 
     **Raises:** `ValueError` if the model has more than `max_parameters`
     parameters.
     """
-    chain = check_chain(chain)
-    params = check_point(params, chain)
-    if params.num_parameters > max_parameters:
+    problem = as_problem(problem, params)
+    params = check_point(params, problem)
+    x = np.asarray(flatten_params(params))
+    if x.size > max_parameters:
         raise ValueError(
             f"refinement forms the dense Hessian; the model has "
-            f"{params.num_parameters} parameters > max_parameters = {max_parameters}"
+            f"{x.size} parameters > max_parameters = {max_parameters}"
         )
-    m, d, model = params.m, params.d, static_model(params)
-    x = np.asarray(flatten_params(params))
-    g = np.asarray(flat_grad(jnp.asarray(x), chain, m, d, model=model))
+    like = shape_of(params)
+    unravel = ravel_pytree(params)[1]
+    g = np.asarray(flat_grad(jnp.asarray(x), problem, like))
     gnorm = float(np.linalg.norm(g))
     mu = None
     for _ in range(max_steps):
         if gnorm < gtol:
             break
-        H = np.asarray(flat_hessian(jnp.asarray(x), chain, m, d, model=model))
+        H = np.asarray(flat_hessian(jnp.asarray(x), problem, like))
         lam, V = np.linalg.eigh(0.5 * (H + H.T))
         if mu is None:
             mu = 1e-6 * float(np.max(lam**2))
         c = V.T @ g
         while True:
             x_new = x - V @ (lam * c / (lam**2 + mu))
-            g_new = np.asarray(flat_grad(jnp.asarray(x_new), chain, m, d, model=model))
+            g_new = np.asarray(flat_grad(jnp.asarray(x_new), problem, like))
             n_new = float(np.linalg.norm(g_new))
             if np.isfinite(n_new) and n_new < gnorm:
                 x, g, gnorm = x_new, g_new, n_new
@@ -97,7 +99,7 @@ def refine_critical_point(
                 break
         if mu > 1e30:
             break
-    return unflatten_params(jnp.asarray(x), m, d, model), bool(gnorm < 1e-10)
+    return unravel(jnp.asarray(x)), bool(gnorm < 1e-10)
 
 
 class CriticalPoint(eqx.Module):
@@ -118,7 +120,7 @@ class CriticalPoint(eqx.Module):
     index: int
     loss: float
     grad_norm: float
-    params: AnyParams
+    params: Any
     distance: float
     linearization: Linearization
     kind: str
@@ -141,12 +143,14 @@ class CriticalPoint(eqx.Module):
         }
 
 
-def classify(lin: Linearization, chain: MarkovChain | None = None) -> str:
+def classify(lin: Linearization, problem=None) -> str:
     """`"saddle"` if an eigenvalue of $-\\nabla^2 L$ exceeds `lin.tol`;
-    `"minimum"` if none does and either the loss equals the chain's
-    conditional entropy (a global minimum: $L$ never goes below it) or no more
+    `"minimum"` if none does and either the loss equals the problem's floor
+    (`problem.loss_floor()`, for the paper's model the chain's conditional
+    entropy: a global minimum, $L$ never goes below it) or no more
     eigenvalues are zero than the loss's symmetries explain; otherwise
-    `"degenerate"` (the Hessian cannot tell: higher orders decide).
+    `"degenerate"` (the Hessian cannot tell: higher orders decide). `problem`
+    may be a chain (the paper's model on it) or `None` (no floor).
 
     Where the symmetries are not counted (`gauge_rank = -1`: Lanczos, or a
     model variant, whose symmetry group is not derived) a point with no
@@ -155,11 +159,17 @@ def classify(lin: Linearization, chain: MarkovChain | None = None) -> str:
     told apart there."""
     if lin.num_unstable > 0:
         return "saddle"
-    if chain is not None and lin.loss <= float(chain.conditional_entropy) + 1e-9:
+    floor = None if problem is None else as_problem(problem).loss_floor()
+    if floor is not None and lin.loss <= floor + 1e-9:
         return "minimum"
     if lin.method == "dense" and lin.gauge_rank >= 0 and lin.num_flat > lin.gauge_rank:
         return "degenerate"
     return "minimum"
+
+
+def _loss_scale(traj: Trajectory) -> float:
+    scale = None if traj.problem is None else traj.problem.loss_scale()
+    return abs(float(traj.loss[0])) if scale is None else float(scale)
 
 
 def plateaus(
@@ -168,9 +178,11 @@ def plateaus(
     r"""The plateaus of a trajectory, found from `traj.loss` and `traj.grad_norm`.
 
     Along the flow $dL/d\log t = -t\,|\nabla L|^2$. A save time is *on a
-    plateau* when the loss falls by less than `threshold` of its whole range
-    $\log d - H(P|\pi)$ per e-fold of time:
-    $q(t) = t|\nabla L|^2 / (\log d - H(P|\pi)) <$ `threshold`. Runs of such
+    plateau* when the loss falls by less than `threshold` of its scale $\ell$
+    per e-fold of time: $q(t) = t|\nabla L|^2 / \ell <$ `threshold`, with
+    $\ell$ the problem's loss scale ([`gradflow.Problem.loss_scale`][]; for
+    the paper's model its whole range $\log d - H(P|\pi)$), or where it gives
+    none the loss at the start. Runs of such
     times separated by less than `merge` in $\log t$ are merged. Each plateau
     is represented by its save with the least $|\nabla L|$ (the closest
     approach to the critical point it shadows).
@@ -185,7 +197,7 @@ def plateaus(
         )
     ts = np.asarray(traj.ts)
     g = np.asarray(traj.grad_norm)
-    span = math.log(traj.chain.d) - float(traj.chain.conditional_entropy)
+    span = _loss_scale(traj)
     q = ts * g**2 / max(span, 1e-12)
     on = q < threshold
     runs: list[list[int]] = []
@@ -221,12 +233,17 @@ def critical_points(
     traj = check_trajectory(traj)
     tol = check_rel_tol(tol)
     method = check_method(method)
-    chain = traj.chain
+    problem = traj.problem
+    if problem is None:
+        raise ValueError(
+            "traj has no problem (its class could not be imported when it was "
+            "loaded); critical points need the loss"
+        )
     out = []
     for a, best, b in plateaus(traj, threshold):
-        start = traj.params[best]
-        point, converged = refine_critical_point(chain, start)
-        lin = linearize(chain, point, method=method, tol=tol)
+        start = traj.at(best)
+        point, converged = refine_critical_point(problem, start)
+        lin = linearize(problem, point, method=method, tol=tol)
         flat0 = flatten_params(start)
         flat1 = flatten_params(point)
         out.append(
@@ -240,7 +257,7 @@ def critical_points(
                 params=point,
                 distance=float(jnp.linalg.norm(flat1 - flat0)),
                 linearization=lin,
-                kind=classify(lin, chain),
+                kind=classify(lin, problem),
                 converged=converged,
             )
         )

@@ -1,16 +1,17 @@
-"""The flow linearised at a point: flat views of the loss, its gradient,
-Hessian and Hessian-vector products, Lanczos, and `linearize`."""
+"""The flow linearised at a point of any problem: flat views of the loss,
+its gradient, Hessian and Hessian-vector products, Lanczos, and `linearize`."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from .._chain import MarkovChain
-from .._custom_types import PARAM_NAMES
-from .._model import AnyParams, Params, model_of, param_arrays, population_loss
-from .._variants import Model, VariantParams
-from ._checks import check_chain, check_method, check_point, check_rel_tol
+from .._core.custom_types import PARAM_NAMES
+from .._engine.problem import Problem
+from ..problems._markov.model import AnyParams, Params
+from ..problems._markov.variants import Model, VariantParams
+from ._checks import as_problem, check_method, check_point, check_rel_tol
 
 
 DEFAULT_MAX_DENSE = 2000
@@ -22,10 +23,11 @@ DEFAULT_REL_TOL = 1e-6
 # ---------------------------------------------------------------------------
 
 
-def flatten_params(params: AnyParams) -> jax.Array:
-    """The parameters as one vector, in the order `W0, W1, WQ, WK` (then a
-    variant's `WV`, `gain`, `bias`, those that are present)."""
-    return jnp.concatenate([jnp.ravel(v) for v in param_arrays(params).values()])
+def flatten_params(params) -> jax.Array:
+    """A point of any problem as one vector: its leaves raveled in PyTree order
+    (for the paper's model `W0, W1, WQ, WK`, then a variant's `WV`, `gain`,
+    `bias`, those that are present)."""
+    return ravel_pytree(params)[0]
 
 
 def param_shapes(m: int, d: int, model: Model | None = None) -> dict[str, tuple]:
@@ -48,8 +50,8 @@ def param_shapes(m: int, d: int, model: Model | None = None) -> dict[str, tuple]
 def unflatten_params(
     x: jax.Array, m: int, d: int, model: Model | None = None
 ) -> AnyParams:
-    """The inverse of `flatten_params` for a model of width `m` on `d` tokens
-    (`model`: a [`gradflow.Model`][]; default the minimal one)."""
+    """The inverse of `flatten_params` for the paper's model of width `m` on
+    `d` tokens (`model`: a [`gradflow.Model`][]; default the minimal one)."""
     shapes = param_shapes(m, d, model)
     parts, start = {}, 0
     for name, shape in shapes.items():
@@ -61,43 +63,55 @@ def unflatten_params(
     return VariantParams(**parts, model=model)
 
 
-# `m`, `d` (Python ints) and `model` (a Module without arrays) are static under
-# `eqx.filter_jit`: one compilation per model and size, not per call.
-@eqx.filter_jit
-def flat_grad(x, chain, m: int, d: int, *, model: Model | None = None):
-    return flatten_params(
-        jax.grad(population_loss)(unflatten_params(x, m, d, model), chain)
+def shape_of(params):
+    """The shapes and dtypes of a point (a static description: one compilation
+    of the flat functions per problem and shape)."""
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)), params
     )
 
 
-@eqx.filter_jit
-def flat_hessian(x, chain, m: int, d: int, *, model: Model | None = None):
-    return jax.hessian(
-        lambda y: population_loss(unflatten_params(y, m, d, model), chain)
-    )(x)
+def _unravel(like):
+    return ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), like))[1]
 
 
 @eqx.filter_jit
-def flat_hvp(x, chain, m: int, d: int, vector, *, model: Model | None = None):
+def flat_grad(x, problem: Problem, like):
+    """$\nabla L$ at the flat point `x` (`like`: [`shape_of`][] a point)."""
+    return ravel_pytree(jax.grad(problem.loss)(_unravel(like)(x)))[0]
+
+
+@eqx.filter_jit
+def flat_hessian(x, problem: Problem, like):
+    """The dense Hessian at the flat point `x`."""
+    unravel = _unravel(like)
+    return jax.hessian(lambda y: problem.loss(unravel(y)))(x)
+
+
+@eqx.filter_jit
+def flat_hvp(x, problem: Problem, like, vector):
+    """The Hessian-vector product at the flat point `x`."""
+    unravel = _unravel(like)
+
     def grad(y):
-        return flatten_params(
-            jax.grad(population_loss)(unflatten_params(y, m, d, model), chain)
-        )
+        return ravel_pytree(jax.grad(problem.loss)(unravel(y)))[0]
 
     return jax.jvp(grad, (x,), (vector,))[1]
 
 
-def static_model(params: AnyParams) -> Model | None:
-    """`None` for the minimal model (its compiled functions are today's), else
-    the variant's [`gradflow.Model`][]."""
-    model = model_of(params)
-    return None if model.minimal else model
+def leaf_names(params) -> tuple[str, ...]:
+    """A name for each leaf of a point: `W0`, ... for the paper's model, the
+    path (`[0]`, `.W`) otherwise."""
+    return tuple(
+        jax.tree_util.keystr(path).lstrip(".")
+        for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+    )
 
 
-def _block_weights(vectors: np.ndarray, params: AnyParams) -> np.ndarray:
-    """Share of each eigenvector's squared norm in `W0, W1, WQ, WK` (and a
-    variant's `WV`, `gain`, `bias`)."""
-    sizes = [int(np.size(v)) for v in param_arrays(params).values()]
+def _block_weights(vectors: np.ndarray, params) -> np.ndarray:
+    """Share of each eigenvector's squared norm in each parameter (for the
+    paper's model `W0, W1, WQ, WK`, and a variant's `WV`, `gain`, `bias`)."""
+    sizes = [int(np.size(v)) for v in jax.tree.leaves(params)]
     edges = np.cumsum([0] + sizes)
     sq = vectors**2
     return np.stack(
@@ -254,10 +268,14 @@ class Linearization(eqx.Module):
         """How many eigenvalues lie within `tol` of zero (of those computed)."""
         return int(np.sum(np.abs(self.eigenvalues) <= self.tol))
 
+    def mode(self, i: int):
+        """Mode `i` as a point of the problem (no leading axis)."""
+        return jax.tree.map(lambda x: x[i], self.modes)
+
     @property
     def unstable_modes(self) -> AnyParams:
         """The modes with eigenvalue above `tol` (leading axis)."""
-        return self.modes[: self.num_unstable]
+        return jax.tree.map(lambda x: x[: self.num_unstable], self.modes)
 
     def unstable_subspace(self, rel: float = 1e-2) -> np.ndarray:
         """Flat unit vectors spanning the top eigenspace: the modes whose
@@ -265,14 +283,14 @@ class Linearization(eqx.Module):
         top = self.unstable_rate
         keep = self.eigenvalues >= top - rel * abs(top)
         flat = np.stack(
-            [np.asarray(flatten_params(self.modes[i])) for i in np.flatnonzero(keep)]
+            [np.asarray(flatten_params(self.mode(int(i)))) for i in np.flatnonzero(keep)]
         )
         return np.asarray(flat)
 
 
 def linearize(
-    chain: MarkovChain,
-    params: AnyParams,
+    problem,
+    params,
     *,
     method: str = "auto",
     num_modes: int | None = None,
@@ -285,10 +303,11 @@ def linearize(
 
     **Arguments:**
 
-    - `chain`, `params`: the point (one point, no time axis): a
-      [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
-      (the spectrum is of that model's loss; `gauge_rank` is -1 for a
-      variant).
+    - `problem`: a [`gradflow.Problem`][], or a [`gradflow.MarkovChain`][]
+      for the paper's model on it.
+    - `params`: the point (one point, no time axis), of the problem's
+      structure (for a chain a [`gradflow.Params`][] or any variant's
+      [`gradflow.VariantParams`][]; `gauge_rank` is -1 for a variant).
     - `method`: `"dense"` (`jax.hessian` and `eigh`), `"lanczos"` (matrix-free
       Lanczos on Hessian-vector products, `jax.jvp` of `jax.grad`), or
       `"auto"`: dense when the number of parameters is at most `max_dense`.
@@ -299,7 +318,8 @@ def linearize(
       $\cdot \max|\lambda|$ count as zero.
     - `seed`: Lanczos start vector.
 
-    **Returns:** a [`gradflow.Linearization`][].
+    **Returns:** a [`gradflow.Linearization`][] (its modes of the problem's
+    structure, with a leading axis).
 
     **Example:**
 
@@ -308,11 +328,12 @@ def linearize(
     lin.unstable_rate, lin.block_weights[0]
     ```
     """
-    chain = check_chain(chain)
-    params = check_point(params, chain)
+    problem = as_problem(problem, params)
+    params = check_point(params, problem)
     method = check_method(method)
     tol = check_rel_tol(tol)
-    n = params.num_parameters
+    flat = flatten_params(params)
+    n = int(flat.shape[0])
     if method == "auto":
         method = "dense" if n <= max_dense else "lanczos"
     if method == "lanczos":
@@ -327,12 +348,11 @@ def linearize(
             raise ValueError(
                 f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
             )
-    m, d, model = params.m, params.d, static_model(params)
-    flat = flatten_params(params)
-    grad = np.asarray(flat_grad(flat, chain, m, d, model=model))
-    loss = float(population_loss(params, chain))
+    like = shape_of(params)
+    grad = np.asarray(flat_grad(flat, problem, like))
+    loss = float(problem.loss(params))
     if method == "dense":
-        H = np.asarray(flat_hessian(flat, chain, m, d, model=model))
+        H = np.asarray(flat_hessian(flat, problem, like))
         H = 0.5 * (H + H.T)
         values, vectors = np.linalg.eigh(-H)
         order = np.argsort(values)[::-1]
@@ -341,13 +361,13 @@ def linearize(
     else:
 
         def matvec(v):
-            return -np.asarray(flat_hvp(flat, chain, m, d, jnp.asarray(v), model=model))
+            return -np.asarray(flat_hvp(flat, problem, like, jnp.asarray(v)))
 
         values, vectors = lanczos(matvec, n, iters, seed)
         values, vectors = values[:k], vectors[:k]
         gauge = -1
     scale = float(np.max(np.abs(values))) if values.size else 0.0
-    modes = jax.vmap(lambda v: unflatten_params(v, m, d, model))(jnp.asarray(vectors))
+    modes = jax.vmap(_unravel(like))(jnp.asarray(vectors))
     return Linearization(
         eigenvalues=values,
         modes=modes,
@@ -357,7 +377,7 @@ def linearize(
         method=method,
         tol=tol * scale,
         gauge_rank=gauge,
-        blocks=tuple(param_arrays(params)),
+        blocks=leaf_names(params),
     )
 
 
@@ -371,7 +391,8 @@ __all__ = [
     "flatten_params",
     "lanczos",
     "linearize",
+    "leaf_names",
     "param_shapes",
-    "static_model",
+    "shape_of",
     "unflatten_params",
 ]

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .._chain import MarkovChain
-from .._model import AnyParams, Params
-from .._validate import is_integer
+from .._core.validate import is_integer
+from ..problems._markov.chain import MarkovChain
+from ..problems._markov.model import AnyParams, Params
 from ._checks import check_chain
 from ._linearize import Linearization
 

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._model import Params, attention, model_of
-from .._trajectory import Trajectory
-from .._variants import Model, VariantParams
+from .._engine.result import Trajectory
+from ..problems._markov.model import Params, attention, model_of
+from ..problems._markov.variants import Model, VariantParams
 from ._checks import check_trajectory
 from ._critical import DEFAULT_PLATEAU_THRESHOLD, CriticalPoint, critical_points
 from ._linearize import linearize

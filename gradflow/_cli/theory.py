@@ -1,0 +1,160 @@
+"""`gradflow theory TRAJ.npz [--out DIR]`: the linearisation report of a saved
+trajectory, printed as a table, with a figure (PNG and PDF) and the rows as
+JSON."""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .._engine.result import load_trajectory
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "theory",
+        help="predicted against measured: critical points, unstable rates, escapes",
+        description=(
+            "Finds the plateaus of a saved trajectory, refines the critical point "
+            "each one shadows, linearises the flow there, and prints the theory's "
+            "predictions against what the trajectory measured."
+        ),
+    )
+    parser.add_argument("trajectory", help="a .npz file written by Trajectory.save")
+    parser.add_argument(
+        "--out", default=None, help="folder for theory.png/.pdf and theory.json"
+    )
+    parser.add_argument(
+        "--name", default="theory", help="file stem of the outputs (default: theory)"
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=1e-2,
+        help="plateau threshold on t|grad L|^2 / (log d - H(P|pi)) (default 1e-2)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..theory import critical_points, format_report, theory_report
+
+    if not (math.isfinite(args.threshold) and args.threshold > 0):
+        raise SystemExit(f"--threshold must be finite and > 0, got {args.threshold}")
+    try:
+        traj = load_trajectory(args.trajectory)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"gradflow theory: {e}", file=sys.stderr)
+        return 2
+    points = critical_points(traj, threshold=args.threshold)
+    rows = theory_report(traj, points=points)
+    print(repr(traj))
+    print("critical points:")
+    for cp in points:
+        print(
+            f"  t = {cp.t:10.4g}  L = {cp.loss:.8g}  |grad| = {cp.grad_norm:.2e}  "
+            f"{cp.kind:10s} unstable rate = {cp.linearization.unstable_rate:.6g}  "
+            f"({cp.linearization.num_unstable} unstable)"
+            + ("" if cp.converged else "  [refinement did not converge]")
+        )
+    print()
+    print(format_report(rows))
+    if args.out is not None:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = plot_report(traj, points, rows, out / args.name)
+        with open(out / f"{args.name}.json", "w") as f:
+            json.dump(
+                {"rows": rows, "critical_points": [cp.as_dict() for cp in points]},
+                f,
+                indent=1,
+            )
+        print(
+            "\nwrote",
+            ", ".join(str(p) for p in paths),
+            "and",
+            out / f"{args.name}.json",
+        )
+    return 0
+
+
+def plot_report(traj, points, rows, stem: Path) -> list[Path]:
+    """Loss and |grad L| against time with the refined critical points, and
+    the predicted escape rates drawn as slopes on the measured |grad L|."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..theory import flank_rate
+
+    ts = np.asarray(traj.ts)
+    keep = ts > 0
+    fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
+    ax0.plot(ts[keep], traj.loss[keep], color="k", lw=1.5, label="loss $L(t)$")
+    bounds = gf_bounds(traj)
+    for name, value, style in bounds:
+        ax0.axhline(value, color="grey", ls=style, lw=0.8, label=name)
+    for cp in points:
+        t = max(cp.t, ts[keep][0])
+        color = "C3" if cp.kind == "saddle" else "C2"
+        face = color if cp.converged else "none"
+        ax0.plot(t, cp.loss, "o", ms=6, color=color, mfc=face)
+    ax0.plot([], [], "o", color="C3", label="refined saddle")
+    ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
+    ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
+    ax0.set_ylabel("population loss")
+    ax0.legend(fontsize=7, loc="lower left")
+    ax1.loglog(ts[keep], traj.grad_norm[keep], color="k", lw=1.2, label=r"$|\nabla L|$")
+    first = True
+    for cp in points:
+        if cp.kind != "saddle" or not cp.converged or cp.index >= len(ts) - 3:
+            continue
+        fr = flank_rate(traj, cp.index)
+        if fr["n"] < 3:
+            continue
+        lam = cp.linearization.unstable_rate
+        tt = np.linspace(fr["t0"], fr["t1"], 20)
+        g0 = np.interp(fr["t0"], ts, traj.grad_norm)
+        ax1.plot(
+            tt,
+            g0 * np.exp(lam * (tt - tt[0])) * 2.0,
+            color="C3",
+            lw=2,
+            label=r"predicted $e^{\lambda_{max} t}$ (offset $\times 2$)"
+            if first
+            else None,
+        )
+        first = False
+    ax1.set_xlabel("gradient-flow time $t$")
+    ax1.set_ylabel(r"$|\nabla L|$")
+    ax1.legend(fontsize=7, loc="lower left")
+    fig.suptitle(
+        f"gradflow theory: d = {traj.chain.d}, m = {traj.params.m}, model "
+        f"{_model_label(traj)}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.savefig(paths[0], dpi=110)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+def _model_label(traj) -> str:
+    from ..problems._markov.model import model_of
+
+    return model_of(traj.params).label
+
+
+def gf_bounds(traj):
+    import math
+
+    return [
+        ("$\\log d$", math.log(traj.chain.d), ":"),
+        ("$H(\\pi)$", float(traj.chain.unigram_entropy), "--"),
+        ("$H(P|\\pi)$", float(traj.chain.conditional_entropy), "-."),
+    ]

@@ -1,0 +1,476 @@
+r"""`gradflow.flow`: the gradient flow $\dot\theta = -\nabla L(\theta)$ of any
+[`gradflow.Problem`][], solved with Diffrax.
+
+One solve path: a checked call ([`FlowSetup`][]), what is watched during the
+solve ([`Observer`][]), the compiled chunks driven by the host
+(`loop.LoopJob` on `driver.drive`), and the one place a
+[`gradflow.Trajectory`][] is built from a finished solve ([`build_trajectory`][],
+which the sweep uses for each of its members).
+"""
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, PyTree
+
+from .._core.records import SADDLE_EVENTS, EventRecord
+from .checkpoint import Checkpointer, pack_tree
+from .driver import drive, interrupted, interrupted_message
+from .loop import (
+    Crossing,
+    LoopJob,
+    LoopState,
+    Spec,
+    chunk_steps_for,
+    init_state,
+    make_controller,
+    padded_save_times,
+    unpack_state,
+)
+from .observe import Observer, save_point
+from .problem import Problem
+from .result import Trajectory
+from .setup import (
+    FlowSetup,
+    check_callbacks,
+    check_events,
+    check_thresholds,
+    prepare,
+)
+from .solving import (
+    DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_T1,
+    check_descent,
+    count_grad_evals,
+    count_hvps,
+    failure_message,
+)
+from .stages import StageThresholds
+from .watch import Watch, WatchState
+
+
+# The layout of a flow's checkpoints (the loop state written whole); a
+# checkpoint of an older layout is refused, naming this setting.
+CHECKPOINT_LAYOUT = "loop-state-3"
+
+
+class GradientFlow(eqx.Module):
+    r"""The vector field $f(t, \theta; \text{problem}) = -\nabla_\theta L(\theta)$.
+
+    The problem is passed as Diffrax `args` (data, not a closure), so solving a
+    new problem of the same class and shapes reuses the compiled solve.
+    """
+
+    def __call__(self, t, y: PyTree, args: Problem) -> PyTree:
+        del t
+        grad = jax.grad(args.loss)(y)
+        return jax.tree.map(jnp.negative, grad)
+
+
+_loss = eqx.filter_jit(lambda problem, y: problem.loss(y))
+_save_point = eqx.filter_jit(save_point)
+
+
+def make_observer(setup: FlowSetup, *, stages: bool, thresholds, events) -> Observer:
+    """What a flow watches during its solve: with `stages`, the saddles, whose
+    speed is measured against the problem's loss scale (or, where it gives
+    none, the loss at the start)."""
+    scale = None
+    if stages and setup.problem_dt.loss_scale() is None:
+        start = float(_loss(setup.problem_dt, setup.params0))
+        scale = jnp.asarray(abs(start) if start != 0 else 1.0, setup.dtype)
+    return Observer(
+        stages=bool(stages), thresholds=thresholds, events=events, scale=scale
+    )
+
+
+def loss_scale(setup: FlowSetup, observer: Observer) -> float:
+    """$\\ell$ of the flow (the problem's, or the loss at the start)."""
+    scale = setup.problem_dt.loss_scale()
+    if scale is None:
+        scale = observer.scale
+        if scale is None:
+            scale = _loss(setup.problem_dt, setup.params0)
+    return float(scale)
+
+
+def solve_settings(setup: FlowSetup, observer: Observer) -> dict:
+    settings = dict(setup.settings, stages=observer.stages)
+    if observer.stages:
+        th = observer.thresholds
+        settings["thresholds"] = {
+            f.name: getattr(th, f.name) for f in dataclasses.fields(th)
+        }
+    if observer.events or observer.stages:
+        settings["events"] = [e.name for e in observer.events]
+    return settings
+
+
+def solve_spec(setup: FlowSetup, observer: Observer) -> Spec:
+    solver = setup.solver
+    if observer.watches:
+        solver = Watch(
+            cast(dfx.AbstractAdaptiveSolver, solver),
+            observer,
+            directions=observer.directions,
+            rearm_by=observer.rearm_by,
+            armed0=observer.armed0,
+            uses_field=observer.uses_field,
+        )
+    chunk = setup.chunk_steps or chunk_steps_for(setup.params0)
+    return Spec(
+        vector_field=GradientFlow(),
+        solver=solver,
+        controller=make_controller(setup.rtol, setup.atol),
+        save_fn=save_point,
+        chunk_steps=int(min(chunk, setup.max_steps)),
+    )
+
+
+def event_record(observer: Observer, crossing: Crossing, problem) -> EventRecord:
+    loss = float(_loss(problem, jax.tree.map(jnp.asarray, crossing.y)))
+    return EventRecord(name=observer.names[crossing.index], t=crossing.t, loss=loss)
+
+
+def _checkpointer(setup: FlowSetup, settings: dict) -> Checkpointer | None:
+    """The checkpoint of a flow (or `None`), read and checked against the call
+    before anything is compiled."""
+    if setup.checkpoint is None:
+        return None
+    inputs = {
+        **setup.problem.fingerprint_inputs(),
+        "ts": setup.ts,
+        **pack_tree("params0", setup.params0),
+    }
+    return Checkpointer(
+        setup.checkpoint, "integrate", settings, inputs, setup.checkpoint_every
+    )
+
+
+def solve(
+    setup: FlowSetup,
+    observer: Observer,
+    *,
+    callbacks: Sequence[Callable] = (),
+    progress: bool = True,
+) -> Trajectory:
+    """The one solve path of [`gradflow.flow`][]: a checked call, an
+    `Observer`, the host driving the chunks; returns the
+    [`gradflow.Trajectory`][]."""
+    settings = solve_settings(setup, observer)
+    checkpoint = _checkpointer(
+        setup, dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT)
+    )
+    spec = solve_spec(setup, observer)
+    problem = setup.problem_dt
+    # The save buffer has a bucketed length (one compilation for nearby numbers
+    # of saves); `_saves` reads the first len(setup.ts).
+    ts_padded = padded_save_times(setup.ts)
+    ts = jnp.asarray(ts_padded, setup.dtype)
+    t1 = jnp.asarray(setup.t1, setup.dtype)
+    state = init_state(
+        spec,
+        y0=setup.params0,
+        args=problem,
+        t0=jnp.asarray(0.0, setup.dtype),
+        t1=t1,
+        ts=ts,
+    )
+
+    def on_event(record, crossing):
+        for fn in callbacks:
+            fn(record, crossing.t, crossing.y)
+
+    job = LoopJob(
+        spec,
+        problem,
+        ts,
+        t1,
+        max_steps=setup.max_steps,
+        record=lambda c: event_record(observer, c, problem),
+        on_event=on_event,
+    )
+    resumed_from = None
+    if checkpoint is not None and checkpoint.state is not None:
+        meta, arrays = checkpoint.state
+        state = unpack_state(arrays, state)
+        job.records = [EventRecord.from_dict(r) for r in meta["events"]]
+        resumed_from = float(state.t)
+    driven = drive(
+        job,
+        state,
+        total=setup.t1,
+        start=float(state.t),
+        progress=progress,
+        checkpoint=checkpoint,
+    )
+    outcome = Outcome(
+        state=driven.state,
+        records=job.records,
+        out_of_steps=job.out_of_steps,
+        interrupted=driven.interrupted,
+        resumed_from=resumed_from,
+    )
+    traj = build_trajectory(
+        setup, settings=settings, observer=observer, outcome=outcome
+    )
+    if driven.interrupted:
+        message = interrupted_message(
+            f"interrupted at t = {traj.t_final:.6g} of t1 = {setup.t1:.6g}", checkpoint
+        )
+        raise interrupted(
+            message, eqx.tree_at(lambda r: r.message, traj, message), checkpoint
+        )
+    return traj
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Where one solve stopped (host side): its final loop state, its located
+    events, and why it stopped."""
+
+    state: LoopState
+    records: list[EventRecord]
+    out_of_steps: bool
+    interrupted: bool
+    resumed_from: float | None
+
+
+def _saves(setup: FlowSetup, state: LoopState, ok: bool):
+    """The saved points reached, as NumPy arrays; a failed solve also keeps its
+    last finite state, so no computed work is lost (the one rule for the last
+    point)."""
+    n = setup.ts.shape[0]  # the save buffer may be longer (padded_save_times)
+    filled = np.asarray(state.filled)[:n]
+    saved = jax.tree.map(lambda x: np.asarray(x)[:n][filled], state.saved)
+    ts_out = setup.ts[filled]
+    keep = np.isfinite(saved["loss"])
+    saved = jax.tree.map(lambda x: x[keep], saved)
+    ts_out = ts_out[keep]
+    t_final = float(state.t)
+    if not ok and (ts_out.size == 0 or t_final > ts_out[-1]):
+        last = jax.tree.map(
+            np.asarray,
+            _save_point(jnp.asarray(t_final, setup.dtype), state.y, setup.problem_dt),
+        )
+        if np.isfinite(last["loss"]):
+            saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
+            ts_out = np.append(ts_out, t_final)
+    return ts_out, saved
+
+
+def build_trajectory(
+    setup: FlowSetup, *, settings: dict, observer: Observer, outcome: Outcome
+) -> Trajectory:
+    """The one place a [`gradflow.Trajectory`][] is built from a finished solve
+    (a solo flow's or a sweep member's)."""
+    state = outcome.state
+    result = state.result
+    ok = bool(result == dfx.RESULTS.successful) and not outcome.out_of_steps
+    if outcome.out_of_steps:
+        result = dfx.RESULTS.max_steps_reached
+    ts_out, saved = _saves(setup, state, ok)
+    message = ""
+    if not ok and not outcome.interrupted:
+        message = failure_message(result, float(state.t), setup.t1, setup.max_steps)
+    if ok:
+        message = check_descent(ts_out, saved["loss"], setup.rtol)
+        ok = not message
+    if outcome.interrupted:
+        ok = False
+    stages, events, extras = (), tuple(outcome.records), {}
+    # (stage rates need three saves at least)
+    if observer.stages and ts_out.size >= 3:
+        analysis = setup.problem.analyse(
+            ts_out,
+            saved["params"],
+            saved["loss"],
+            thresholds=observer.thresholds,
+            loss_scale=loss_scale(setup, observer),
+        )
+        stages = analysis.stages
+        extras = {
+            k: np.asarray(v)
+            for k, v in analysis.extras.items()
+            if k not in ("loss", "grad_norm")
+        }
+        # The plateau boundaries are the saddle events located during the
+        # solve; the other stage boundaries are interpolated between saves.
+        derived = [e for e in analysis.events if e.name not in SADDLE_EVENTS]
+        events = tuple(sorted(list(outcome.records) + derived, key=lambda e: e.t))
+    return Trajectory(
+        ts=ts_out,
+        loss=saved["loss"],
+        grad_norm=saved["grad_norm"],
+        params=saved["params"],
+        problem=setup.problem,
+        settings=settings,
+        stats=_stats(setup, state, outcome),
+        ok=ok,
+        message=message,
+        stages=stages,
+        events=events,
+        extras=extras,
+    )
+
+
+def _stats(setup: FlowSetup, state: LoopState, outcome: Outcome) -> dict[str, Any]:
+    solver = setup.solver
+    inner = state.solver_state
+    if isinstance(inner, WatchState):
+        inner = inner.inner
+    steps = {
+        "num_steps": int(state.num_steps),
+        "num_accepted_steps": int(state.num_accepted_steps),
+        "num_rejected_steps": int(state.num_rejected_steps),
+    }
+    return {
+        **steps,
+        # The event conditions' own gradients (one per step and per bisection
+        # iteration) are not counted: this is the vector field's count.
+        "num_grad_evals": count_grad_evals(solver, steps, inner),
+        "num_hvps": count_hvps(solver, inner),
+        "resumed_from": outcome.resumed_from,
+        "wall_time": time.perf_counter() - setup.start,
+    }
+
+
+def flow(
+    problem: Problem,
+    init_scale: float | None = None,
+    *,
+    params: PyTree | None = None,
+    seed: int = 0,
+    t1: float = DEFAULT_T1,
+    ts: ArrayLike | Sequence[float] | None = None,
+    solver: str | dfx.AbstractSolver | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    stages: bool = True,
+    events: Sequence[Any] = (),
+    callbacks: Sequence[Callable] = (),
+    checkpoint: str | os.PathLike | None = None,
+    progress: bool = True,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    dtype: str = "float64",
+    thresholds: StageThresholds | None = None,
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY,
+    chunk_steps: int | None = None,
+) -> Trajectory:
+    r"""Solves the gradient flow $\dot\theta = -\nabla L(\theta)$ of a problem.
+
+    Starts either from a random point (`problem.init` with the key of `seed`
+    and scale `init_scale`) or from given `params`, and integrates to `t1`
+    with an adaptive Diffrax solver (by default gradflow's stiff
+    Rosenbrock-W solver). Time is gradient-descent time: step $k$ of GD at
+    learning rate $\eta$ sits at $t = k\eta$.
+
+    Loss, $|\nabla L|$ and parameters are saved at every save time. With
+    `stages=True` (the default) the saddle escapes and entries are located
+    *during* the solve by bisection on the solver's dense output, without
+    stopping it, and after the solve the problem's `analyse` finds the stages
+    on the saved points (for every problem `plateau`, `drop` and `rank`
+    records; the paper's model adds its own; see `docs/stages.md`). The steps
+    taken do not depend on `stages`, `events` or `callbacks`: a bare and an
+    observed solve of the same call are the same solve.
+
+    **Arguments:**
+
+    - `problem`: a [`gradflow.Problem`][].
+    - `init_scale`: the scale of the random start; give exactly one of
+      `init_scale` and `params`.
+    - `params`: a point to start from (the structure of `problem.init`'s).
+    - `seed`: seed of the random start (`jax.random.key(seed)`).
+    - `t1`: final time; `ts`: increasing save times in `[0, t1]` (by default
+      [`gradflow.default_save_times`][]: `0` and 797 log-spaced times).
+    - `solver`: a name in `gradflow.SOLVERS` or a Diffrax solver instance;
+      by default `gradflow.DEFAULT_SOLVER`.
+    - `rtol`, `atol`: tolerances of the PID step-size controller; by default
+      [`gradflow.default_tolerances`][], which ties `atol` to the RMS size of
+      the start (saddle escapes grow from components that small).
+    - `stages`: locate saddles during the solve and find the stages after it.
+    - `events`: user [`gradflow.Event`][]s (`cond_fn(t, params, args)` with
+      `args = problem.event_args()`, the problem itself by default), located
+      during the solve and recorded in `traj.events`.
+    - `callbacks`: Python functions `fn(event, t, params)` called on the host
+      for every event, in time order, between chunks of steps.
+    - `checkpoint`: a file path. The whole state of the solve is written there
+      atomically every `checkpoint_every` seconds, after each event and at the
+      end; if the file exists, the call resumes from it to the same result
+      as an uninterrupted run (bit for bit on one machine). A checkpoint of a
+      different call is refused, naming what differs. Only `max_steps`,
+      `progress` and `chunk_steps` may change between the runs.
+    - `progress`: a progress bar when the solve takes longer than 2 s.
+    - `max_steps`: the most solver steps before giving up (partial results are
+      returned, not lost), checked between chunks.
+    - `dtype`: `"float64"` (default) or `"float32"`.
+    - `thresholds`: a [`gradflow.StageThresholds`][] (defaults when `None`).
+    - `chunk_steps`: steps per compiled chunk, i.e. how often the host looks
+      in (progress, Ctrl-C, checkpoints); by default 1000 for small models
+      and fewer for large ones. Results do not depend on it.
+
+    **Returns:** a [`gradflow.Trajectory`][] whose `params` is the problem's
+    PyTree with a leading time axis. If the solver stops early, `traj.ok` is
+    `False`, `traj.message` says why and what to change, and the trajectory
+    holds everything up to the last time reached.
+
+    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
+    bad input (or a checkpoint of another call), before anything is compiled.
+    [`gradflow.Interrupted`][] (a `KeyboardInterrupt`) on Ctrl-C: the solve
+    stops after the current chunk of steps, writes the checkpoint, and the
+    exception's `result` holds the trajectory so far.
+
+    **Example:**
+
+    ```python
+    import gradflow as gf
+    problem = gf.problems.MarkovAttention(gf.chains.sticky(6, 0.5, 0.5, 0.05), width=8)
+    traj = gf.flow(problem, 1e-3, t1=5000)
+    for s in traj.stages:
+        print(s.name, s.cycle, s.t_start, s.t_end)
+    ```
+    """
+    events = check_events(events)
+    callbacks = check_callbacks(callbacks)
+    thresholds = check_thresholds(thresholds)
+    setup = prepare(
+        problem,
+        init_scale=init_scale,
+        params=params,
+        t1=t1,
+        ts=ts,
+        seed=seed,
+        solver=solver,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        dtype=dtype,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        chunk_steps=chunk_steps,
+    )
+    observer = make_observer(setup, stages=stages, thresholds=thresholds, events=events)
+    return solve(setup, observer, callbacks=callbacks, progress=progress)
+
+
+__all__ = [
+    "CHECKPOINT_LAYOUT",
+    "GradientFlow",
+    "Outcome",
+    "build_trajectory",
+    "event_record",
+    "flow",
+    "make_observer",
+    "solve",
+    "solve_settings",
+    "solve_spec",
+]

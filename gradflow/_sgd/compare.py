@@ -1,0 +1,301 @@
+r"""`gradflow.compare`: a flow and an SGD run on one time axis and one metric."""
+
+import math
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from .._engine.result import Trajectory
+from ..problems._markov.model import model_of, param_arrays
+
+
+DEFAULT_LEVELS = (0.25, 0.5, 0.75, 0.9)
+
+
+def _interp(ts_out: np.ndarray, ts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Linear interpolation of `values` (leading time axis) at `ts_out`."""
+    idx = np.clip(np.searchsorted(ts, ts_out, side="right") - 1, 0, len(ts) - 2)
+    span = ts[idx + 1] - ts[idx]
+    w = np.where(span > 0, (ts_out - ts[idx]) / np.where(span > 0, span, 1.0), 0.0)
+    w = w.reshape((-1,) + (1,) * (values.ndim - 1))
+    return (1 - w) * values[idx] + w * values[idx + 1]
+
+
+def crossing_time(ts: np.ndarray, loss: np.ndarray, level: float) -> float:
+    """The first time the loss falls to `level`, interpolated linearly in
+    $\\log t$ between saves (in $t$ when the earlier save is at `t = 0`); `nan`
+    if it never does."""
+    below = np.flatnonzero(loss <= level)
+    if below.size == 0:
+        return math.nan
+    i = int(below[0])
+    if i == 0:
+        return float(ts[0])
+    t0, t1, l0, l1 = ts[i - 1], ts[i], loss[i - 1], loss[i]
+    f = (l0 - level) / (l0 - l1) if l0 != l1 else 1.0
+    if t0 > 0:
+        return float(math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))))
+    return float(t0 + f * (t1 - t0))
+
+
+def _stage_times(records) -> dict[str, float]:
+    out = {}
+    for r in records:
+        if r.name == "plateau":  # plateaus are not stages SGD is compared on
+            continue
+        # the first of each kind in each cycle (several directions may open
+        # in one cycle)
+        out.setdefault(f"{r.name}[{r.cycle}]", float(r.t_start))
+    return out
+
+
+class Comparison(eqx.Module):
+    r"""A flow and an SGD run compared on the SGD run's save times.
+
+    **Fields:**
+
+    - `ts`: the run's save times that lie within the flow's time range.
+    - `flow_loss`, `sgd_loss`: population losses at `ts`;
+      `loss_gap = sgd_loss - flow_loss`.
+    - `param_distance`: $\|\theta_\text{SGD} - \theta_\text{flow}\| /
+      \|\theta_\text{flow}\|$ (all parameters together: the four matrices,
+      and a variant's `WV`, `gain`, `bias`) at `ts`.
+    - `exact`: whether the flow was saved at exactly `ts` (otherwise it was
+      interpolated linearly in `t`; pass `ts=run.ts` to `integrate` to avoid it).
+    - `levels`: loss levels on the first drop, the fractions `fractions` of the
+      way from the initial loss down to $H(\pi)$; `flow_crossings`,
+      `sgd_crossings`: first times each level is reached; `crossing_rel_error`
+      $= |t_\text{SGD} - t_\text{flow}| / t_\text{flow}$.
+    - `drop_end`: the flow's crossing of the deepest level (`nan` if it is not
+      reached, and then so are the statistics after it); over
+      `ts >= drop_end`: `mean_abs_gap_after`, the mean of $|$`loss_gap`$|$ over
+      the saves (on the default log grid, an average in $\log t$);
+      `time_avg_abs_gap_after`, its average in $t$ (trapezoidal, weighting late
+      times); `max_abs_gap_after`, its maximum.
+    - `stage_time_diffs`: SGD minus flow start time of each stage found in both
+      (empty until stages are attached).
+    """
+
+    ts: np.ndarray
+    flow_loss: np.ndarray
+    sgd_loss: np.ndarray
+    loss_gap: np.ndarray
+    param_distance: np.ndarray
+    exact: bool
+    fractions: tuple[float, ...]
+    levels: np.ndarray
+    flow_crossings: np.ndarray
+    sgd_crossings: np.ndarray
+    crossing_rel_error: np.ndarray
+    drop_end: float
+    mean_abs_gap_after: float
+    time_avg_abs_gap_after: float
+    max_abs_gap_after: float
+    stage_time_diffs: dict[str, float]
+    labels: tuple[str, str] = ("flow", "SGD")
+
+    def summary(self) -> dict[str, Any]:
+        """The scalar results, JSON-ready."""
+        return {
+            "levels": [float(x) for x in self.levels],
+            "flow_crossings": [float(x) for x in self.flow_crossings],
+            "sgd_crossings": [float(x) for x in self.sgd_crossings],
+            "max_crossing_rel_error": float(np.nanmax(self.crossing_rel_error))
+            if np.isfinite(self.crossing_rel_error).any()
+            else math.nan,
+            "drop_end": self.drop_end,
+            "mean_abs_gap_after": self.mean_abs_gap_after,
+            "time_avg_abs_gap_after": self.time_avg_abs_gap_after,
+            "max_abs_gap_after": self.max_abs_gap_after,
+            "final_param_distance": float(self.param_distance[-1]),
+            "exact": self.exact,
+            "stage_time_diffs": dict(self.stage_time_diffs),
+        }
+
+    def figure(self, title: str | None = None):
+        """Overlay of both losses (top) and the gaps (bottom), log time axis."""
+        import matplotlib.pyplot as plt
+
+        fig, (ax, bx) = plt.subplots(
+            2,
+            1,
+            figsize=(7, 6),
+            sharex=True,
+            height_ratios=(2, 1),
+            layout="constrained",
+        )
+        pos = self.ts > 0
+        ax.plot(self.ts[pos], self.flow_loss[pos], "k-", lw=2, label=self.labels[0])
+        ax.plot(self.ts[pos], self.sgd_loss[pos], "C1--", lw=1.5, label=self.labels[1])
+        for lv, tc in zip(self.levels, self.flow_crossings, strict=True):
+            ax.axhline(lv, color="0.85", lw=0.8, zorder=0)
+            if np.isfinite(tc):
+                ax.plot(tc, lv, "k|", ms=10)
+        ax.set_xscale("log")
+        ax.set_ylabel("population loss")
+        ax.legend(loc="upper right")
+        if title:
+            ax.set_title(title)
+        bx.plot(self.ts[pos], np.abs(self.loss_gap[pos]), "C0-", label="|loss gap|")
+        bx.plot(
+            self.ts[pos],
+            self.param_distance[pos],
+            "C2-",
+            label="relative parameter distance",
+        )
+        if math.isfinite(self.drop_end):
+            bx.axvline(
+                self.drop_end, color="0.6", ls=":", label="end of first drop (flow)"
+            )
+        bx.set_yscale("log")
+        bx.set_xlabel("time t = lr x step")
+        bx.set_ylabel("distance")
+        bx.legend(loc="lower right", fontsize=8)
+        return fig
+
+    def save_figure(self, path, title: str | None = None) -> tuple[Path, Path]:
+        """Writes the figure as `path` with suffixes `.png` and `.pdf`."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure(title)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        png, pdf = path.with_suffix(".png"), path.with_suffix(".pdf")
+        fig.savefig(png, dpi=110)
+        fig.savefig(pdf)
+        plt.close(fig)
+        return png, pdf
+
+
+def _leaves(params) -> list[np.ndarray]:
+    """Every parameter array (a variant's `WV`, `gain`, `bias` included),
+    flattened behind the leading time axis."""
+    return [
+        np.asarray(v).reshape(np.shape(v)[0], -1) for v in param_arrays(params).values()
+    ]
+
+
+def compare(
+    traj: Trajectory,
+    run,
+    *,
+    fractions: tuple[float, ...] = DEFAULT_LEVELS,
+    labels: tuple[str, str] = ("flow", "SGD"),
+) -> Comparison:
+    r"""Distances between a flow and an SGD run on their shared time axis.
+
+    **Arguments:**
+
+    - `traj`: a [`gradflow.Trajectory`][]; `run`: a [`gradflow.SGDRun`][] (or
+      anything with `ts`, `loss`, `params`, `chain`). Both should start from the
+      same parameters; for exact comparisons integrate at the run's times:
+      `gf.integrate(run.chain, params=run.params[0], t1=run.ts[-1], ts=run.ts)`.
+    - `fractions`: levels of the first drop, as fractions in `(0, 1)` of the
+      way from the initial loss to $H(\pi)$.
+    - `labels`: legend names of the two curves.
+
+    **Returns:** a [`gradflow.Comparison`][]; `.summary()` for the numbers,
+    `.save_figure(path)` for the overlay.
+
+    Both must be of one model ([`gradflow.Model`][]): the model is read from
+    their parameters, so a variant's flow compares with that variant's SGD.
+
+    **Raises:** `ValueError` when the chains differ in size, the models differ,
+    the time ranges do not overlap, or a fraction is outside `(0, 1)`.
+    """
+    for name, obj in (("traj", traj), ("run", run)):
+        for field in ("ts", "loss", "params", "chain"):
+            if not hasattr(obj, field):
+                raise TypeError(
+                    f"{name} has no field {field!r}: got {type(obj).__name__}"
+                )
+    if traj.chain.d != run.chain.d:
+        raise ValueError(
+            f"the flow has d = {traj.chain.d} tokens but the SGD run has "
+            f"d = {run.chain.d}"
+        )
+    flow_model, sgd_model = model_of(traj.params), model_of(run.params)
+    if flow_model != sgd_model:
+        raise ValueError(
+            f"the flow is of model {flow_model.label} but the SGD run of model "
+            f"{sgd_model.label}; compare runs of one model"
+        )
+    fractions = tuple(float(f) for f in fractions)
+    bad = [f for f in fractions if not 0 < f < 1]
+    if not fractions or bad:
+        raise ValueError(f"fractions must lie in (0, 1), got {fractions}")
+    ft, rt = np.asarray(traj.ts, float), np.asarray(run.ts, float)
+    keep = (rt >= ft[0] - 1e-12) & (rt <= ft[-1] * (1 + 1e-12) + 1e-12)
+    if keep.sum() < 2:
+        raise ValueError(
+            f"the flow (t in [{ft[0]:g}, {ft[-1]:g}]) and the run (t in "
+            f"[{rt[0]:g}, {rt[-1]:g}]) share fewer than two save times"
+        )
+    ts = rt[keep]
+    exact = ft.shape == rt.shape and np.allclose(ft, rt, rtol=1e-12, atol=1e-12)
+    sgd_loss = np.asarray(run.loss, float)[keep]
+    sgd_p = [x[keep] for x in _leaves(run.params)]
+    if exact:
+        flow_loss = np.asarray(traj.loss, float)
+        flow_p = _leaves(traj.params)
+    else:
+        flow_loss = _interp(ts, ft, np.asarray(traj.loss, float))
+        flow_p = [_interp(ts, ft, x) for x in _leaves(traj.params)]
+    diff = sum(
+        np.sum((a - b) ** 2, axis=-1) for a, b in zip(sgd_p, flow_p, strict=True)
+    )
+    norm = sum(np.sum(b**2, axis=-1) for b in flow_p)
+    param_distance = np.sqrt(diff / np.maximum(norm, np.finfo(float).tiny))
+
+    start = float(flow_loss[0])
+    target = float(traj.chain.unigram_entropy)
+    levels = np.array([start - f * (start - target) for f in fractions])
+    fc = np.array([crossing_time(ts, flow_loss, lv) for lv in levels])
+    sc = np.array([crossing_time(ts, sgd_loss, lv) for lv in levels])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.abs(sc - fc) / fc
+    rel = np.where(np.isfinite(fc) & ~np.isfinite(sc), np.inf, rel)
+    # The drop is over when the flow reaches the deepest level; if it never
+    # does within the run, there is no "after the drop".
+    drop_end = float(fc[int(np.argmax(fractions))])
+    after = ts >= drop_end if math.isfinite(drop_end) else np.zeros_like(ts, bool)
+    gap = sgd_loss - flow_loss
+    mean_after = float(np.mean(np.abs(gap[after]))) if after.any() else math.nan
+    max_after = float(np.max(np.abs(gap[after]))) if after.any() else math.nan
+    if after.sum() >= 2:
+        ta, ga = ts[after], np.abs(gap[after])
+        time_avg = float(
+            np.sum(np.diff(ta) * (ga[1:] + ga[:-1]) / 2) / (ta[-1] - ta[0])
+        )
+    else:
+        time_avg = mean_after
+
+    flow_stages = _stage_times(getattr(traj, "stages", ()))
+    sgd_stages = _stage_times(getattr(run, "stages", ()))
+    stage_diffs = {
+        k: sgd_stages[k] - flow_stages[k] for k in flow_stages if k in sgd_stages
+    }
+    return Comparison(
+        ts=ts,
+        flow_loss=flow_loss,
+        sgd_loss=sgd_loss,
+        loss_gap=gap,
+        param_distance=param_distance,
+        exact=bool(exact),
+        fractions=fractions,
+        levels=levels,
+        flow_crossings=fc,
+        sgd_crossings=sc,
+        crossing_rel_error=rel,
+        drop_end=drop_end,
+        mean_abs_gap_after=mean_after,
+        time_avg_abs_gap_after=time_avg,
+        max_abs_gap_after=max_after,
+        stage_time_diffs=stage_diffs,
+        labels=labels,
+    )
+
+
+__all__ = ["Comparison", "compare", "crossing_time"]
