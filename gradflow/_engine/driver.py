@@ -210,7 +210,8 @@ def drive(
                 )
             )
             if flags[0]:
-                stopped = True
+                # a run whose last chunk finished it was not interrupted
+                stopped = job.running(state)
                 break
             if flags[1]:
                 write(state)
