@@ -57,6 +57,7 @@ def model_from_args(args: argparse.Namespace):
     """The [`gradflow.Model`][] of [`add_model_arguments`][]'s flags; a
     `ValueError` naming the flag for a bad value."""
     import gradflow as gf
+
     from ..problems._markov.variants import MAX_LAYERS
 
     heads = _int_flag("--heads", args.heads, 1)

@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from .._core.records import EventRecord
+from .._core.validate import check_integer
 from .driver import drive
 from .loop import CHUNK_STEPS, LoopJob, Spec, init_state, make_controller
 from .watch import Watch, direction_code
@@ -165,10 +166,7 @@ def solve_with_events(
             f"active must have one entry per condition ({n}), got {len(mask)}"
         )
     chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
-    if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)):
-        raise TypeError(f"chunk_steps must be an integer, got {chunk_steps!r}")
-    if chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    chunk_steps = check_integer("chunk_steps", chunk_steps, 1, echo_name=False)
     solver = dfx.Tsit5() if solver is None else solver
     if n:
         solver = Watch(

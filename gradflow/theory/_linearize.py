@@ -283,7 +283,10 @@ class Linearization(eqx.Module):
         top = self.unstable_rate
         keep = self.eigenvalues >= top - rel * abs(top)
         flat = np.stack(
-            [np.asarray(flatten_params(self.mode(int(i)))) for i in np.flatnonzero(keep)]
+            [
+                np.asarray(flatten_params(self.mode(int(i))))
+                for i in np.flatnonzero(keep)
+            ]
         )
         return np.asarray(flat)
 
