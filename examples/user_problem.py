@@ -19,6 +19,7 @@ import numpy as np
 import gradflow as gf
 
 
+# --8<-- [start:problem]
 class Factorisation(gf.Problem):
     """1/2 |U V^T - M|^2 over U (n, rank) and V (m, rank)."""
 
@@ -41,6 +42,9 @@ class Factorisation(gf.Problem):
     def sample_loss(self, params, x):  # whose mean over x is `loss`
         U, V = params
         return 0.5 * jnp.mean(jnp.sum((x @ (U @ V.T - self.M).T) ** 2, axis=1))
+
+
+# --8<-- [end:problem]
 
 
 def target(singular_values, n: int = 4, seed: int = 0) -> jax.Array:
