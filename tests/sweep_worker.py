@@ -53,25 +53,21 @@ _CACHE = {}
 
 def small_sweep(gf, **kwargs):
     """The tests' sweep: 2 chains x 4 seeds of sticky(4, 0.5, 0.5, delta),
-    width 4, t1 = 400 (cached per keyword arguments within a process)."""
-    from gradflow import _loop
-
+    width 4, t1 = 400, chunks of `CHUNK_STEPS` steps (cached per keyword
+    arguments within a process)."""
     key = tuple(sorted(kwargs.items()))
     if key not in _CACHE:
-        saved, _loop.CHUNK_STEPS = _loop.CHUNK_STEPS, CHUNK_STEPS
-        try:
-            _CACHE[key] = gf.sweep(
-                [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS],
-                init_scale=1e-3,
-                seeds=SEEDS,
-                width=M,
-                t1=T1,
-                labels={"delta": DELTAS},
-                progress=False,
-                **kwargs,
-            )
-        finally:
-            _loop.CHUNK_STEPS = saved
+        _CACHE[key] = gf.sweep(
+            [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS],
+            init_scale=1e-3,
+            seeds=SEEDS,
+            width=M,
+            t1=T1,
+            labels={"delta": DELTAS},
+            progress=False,
+            chunk_steps=CHUNK_STEPS,
+            **kwargs,
+        )
     return _CACHE[key]
 
 

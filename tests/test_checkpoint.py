@@ -2,35 +2,37 @@
 of steps, resumed from its checkpoint, ends *bit for bit* where an
 uninterrupted run ends; checkpoints of other calls are refused.
 
-Crashes are simulated by making the chunk function (`gradflow._loop.run_chunk`)
-raise after a few calls, so the process state is lost exactly as in a kill
-between two checkpoint writes (the end-to-end SIGKILL test of the CLI is in
-`test_cli_run.py`). Chunks of 60 steps (instead of 1000) make these short runs
-cross many chunk boundaries; all runs here share that size (and the chain size
-of `test_integrate.py`, whose `max_steps=60` run compiles the same solve), so
-they share one compilation per solve kind.
+Crashes are simulated by making the chunk function
+(`gradflow._engine.loop.run_chunk`) raise after a few calls, so the process
+state is lost exactly as in a kill between two checkpoint writes (the end-to-end
+SIGKILL test of the CLI is in `test_cli_run.py`). Chunks of 60 steps
+(`chunk_steps=60` instead of 1000) make these short runs cross many chunk
+boundaries; all runs here share that size (and the chain size of
+`test_integrate.py`, whose `max_steps=60` run compiles the same solve), so they
+share one compilation per solve kind.
 """
 
+import json
 import os
 import signal
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 import gradflow as gf
-import gradflow._loop as loop_module
+
+# An internal: its chunk function is patched to simulate a crash or a Ctrl-C
+# between two chunks.
+import gradflow._engine.loop as loop
 
 
-CHAIN = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-KW = dict(width=8, t1=1500.0, progress=False)
 CHUNK = 60
+CHAIN = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+KW = dict(width=8, t1=1500.0, progress=False, chunk_steps=CHUNK)
 SCALE = 1e-3
-
-
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch):
-    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
+DATA = Path(__file__).parent / "data"
 
 
 class _References(dict):
@@ -38,9 +40,7 @@ class _References(dict):
     without (`[False]`), each solved when first asked for."""
 
     def __missing__(self, stages: bool) -> gf.Trajectory:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(loop_module, "CHUNK_STEPS", CHUNK)
-            self[stages] = gf.integrate(CHAIN, SCALE, stages=stages, **KW)
+        self[stages] = gf.integrate(CHAIN, SCALE, stages=stages, **KW)
         return self[stages]
 
 
@@ -51,7 +51,7 @@ def reference():
 
 def _crash_after(monkeypatch, calls: int, action=None):
     """Makes the chunk function fail (or do `action`) at call number `calls`."""
-    real = loop_module.run_chunk
+    real = loop.run_chunk
     count = {"n": 0}
 
     def segment(*args, **kwargs):
@@ -62,7 +62,8 @@ def _crash_after(monkeypatch, calls: int, action=None):
             action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop_module, "run_chunk", segment)
+    # a flow's job calls loop.run_chunk once per chunk: a crash between chunks
+    monkeypatch.setattr(loop, "run_chunk", segment)
     return count
 
 
@@ -100,7 +101,6 @@ def test_resume_after_crash_is_bit_identical(
         )
     assert ck.exists()
     monkeypatch.undo()
-    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
     resumed = gf.integrate(CHAIN, SCALE, stages=stages, checkpoint=ck, **KW)
     assert 0 < resumed.stats["resumed_from"] < KW["t1"]
     assert_same_trajectory(reference[stages], resumed)
@@ -141,13 +141,14 @@ def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
     assert isinstance(info.value, KeyboardInterrupt)
     assert info.value.checkpoint == ck and ck.exists()
     assert not partial.ok and "interrupted at t = " in partial.message
+    assert f"the checkpoint '{ck}' holds the state" in partial.message
+    assert str(info.value) == partial.message
     assert 0 < partial.t_final < KW["t1"] and partial.ts[-1] == partial.t_final
     n = np.searchsorted(reference[True].ts, partial.t_final, side="right")
     np.testing.assert_array_equal(partial.loss[:n], reference[True].loss[:n])
     # the SIGINT handler is restored afterwards
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.undo()
-    monkeypatch.setattr(loop_module, "CHUNK_STEPS", CHUNK)
     resumed = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
     assert resumed.stats["resumed_from"] == partial.t_final
     assert_same_trajectory(reference[True], resumed)
@@ -162,7 +163,8 @@ def test_ctrl_c_without_checkpoint_keeps_data(monkeypatch):
 
 
 def test_deferred_interrupt_defers_once_and_respects_an_ignored_sigint():
-    from gradflow._checkpoint import deferred_interrupt
+    # An internal with no public name: the driver's Ctrl-C handling.
+    from gradflow._engine.driver import deferred_interrupt
 
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -232,11 +234,10 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
         gf.integrate(CHAIN, SCALE, checkpoint=good, checkpoint_every=-1, **KW)
 
 
-def test_chunk_size_does_not_change_the_solve(reference, monkeypatch):
-    """Chunks continue each other exactly: 1000-step chunks (the default) give
-    the 60-step chunks' trajectory bit for bit."""
-    monkeypatch.setattr(loop_module, "CHUNK_STEPS", 1000)
-    traj = gf.integrate(CHAIN, SCALE, **KW)
+def test_chunk_size_does_not_change_the_solve(reference):
+    """Chunks continue each other exactly: 1000-step chunks (the default for a
+    model this size) give the 60-step chunks' trajectory bit for bit."""
+    traj = gf.integrate(CHAIN, SCALE, **{**KW, "chunk_steps": 1000})
     assert traj.stats["num_steps"] > CHUNK * 5
     assert_same_trajectory(reference[True], traj)
 
@@ -244,13 +245,10 @@ def test_chunk_size_does_not_change_the_solve(reference, monkeypatch):
 def test_written_files_get_the_usual_permissions(tmp_path):
     """Results and checkpoints are written through a temporary file (private
     by default); the file left behind has the permissions of any new file."""
-    import os
-
-    from gradflow._files import atomic_write
-
+    traj = gf.load(DATA / "trajectory_v0.1.0.npz")  # any result: no solve
     umask = os.umask(0o022)
     try:
-        atomic_write(tmp_path / "a.npz", lambda f: f.write(b"x"))
+        traj.save(tmp_path / "a.npz")
         plain = tmp_path / "b"
         plain.write_bytes(b"x")
     finally:
@@ -260,18 +258,29 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch):
+def test_checkpoint_of_another_format_version_is_refused(tmp_path):
     """A checkpoint written in another file-format version is refused with a
     message naming both versions (and the same call's checkpoint resumes)."""
-    from gradflow import _checkpoint
-
-    kw = dict(kind="test", settings={"a": 1}, inputs={"x": np.arange(3.0)})
     path = tmp_path / "ck.npz"
-    _checkpoint.Checkpointer(path, **kw).write({"t": 1.0}, {"y": np.ones(2)})
-    again = _checkpoint.Checkpointer(path, **kw)
-    assert again.state is not None and again.state[0] == {"t": 1.0}
-    monkeypatch.setattr(_checkpoint, "FORMAT_VERSION", _checkpoint.FORMAT_VERSION + 1)
+    kw = dict(KW, checkpoint=path, max_steps=CHUNK)  # one chunk, then stopped
+    first = gf.integrate(CHAIN, SCALE, **kw)
+    assert not first.ok and 0 < first.t_final < KW["t1"]
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["__gradflow__"]))
+    ours = meta["format_version"]
+    # The same file as a newer gradflow would write it.
+    meta.update(format_version=ours + 1, gradflow_version="99.0")
+    arrays["__gradflow__"] = np.array(json.dumps(meta))
+    newer = tmp_path / "newer.npz"
+    np.savez(newer, **arrays)
     with pytest.raises(
-        ValueError, match=r"has format version 1 \(gradflow .*\); this gradflow"
+        ValueError,
+        match=rf"has format version {ours + 1} \(gradflow 99\.0\); this gradflow "
+        rf"\(.*\) writes version {ours}",
     ):
-        _checkpoint.Checkpointer(path, **kw)
+        gf.integrate(CHAIN, SCALE, **dict(kw, checkpoint=newer))
+    # the unchanged file is this call's: it resumes (out of steps again at once)
+    again = gf.integrate(CHAIN, SCALE, **kw)
+    assert again.stats["resumed_from"] == first.t_final
+    np.testing.assert_array_equal(again.loss, first.loss)

@@ -5,6 +5,7 @@ module costs one compilation.
 """
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -164,8 +165,9 @@ def _cli(*args):
 # The killed run is slowed down (chunks of 25 steps, 50 ms pause each) so that
 # the kill lands in the middle of the solve; chunking changes nothing in the
 # result (tests/test_checkpoint.py), so the resumed run uses the normal CLI.
+# The CLI has no chunk option: the internal chunk function and size are patched.
 _SLOW_CLI = (
-    "import sys, time, gradflow._loop as e; real = e.run_chunk; "
+    "import sys, time, gradflow._engine.loop as e; real = e.run_chunk; "
     "e.CHUNK_STEPS = 25; "
     "e.run_chunk = lambda *a, **k: (time.sleep(0.05), real(*a, **k))[1]; "
     "from gradflow.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -197,8 +199,11 @@ def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     killed.kill()
     _, err = killed.communicate()
     assert killed.returncode == -signal.SIGKILL, err.decode()
-    t_killed = gf._checkpoint.read_npz_with_meta(ck, "gradflow-checkpoint")[0]["state"]
-    assert 0 < t_killed["t_now"] < 3000
+    # the checkpoint's JSON metadata says where the killed run was
+    with np.load(ck, allow_pickle=False) as npz:
+        meta = json.loads(str(npz["__gradflow__"]))
+    assert meta["format"] == "gradflow-checkpoint"
+    assert 0 < meta["state"]["t_now"] < 3000
 
     resumed = subprocess.run(
         _cli(*common, "--checkpoint", ck, "--out", tmp_path / "resumed"),
@@ -241,7 +246,8 @@ def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
 def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
     """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
     and tables are written, the exit code is 130, and the checkpoint resumes."""
-    import gradflow._loop as loop_module
+    # an internal: its chunk function is patched to press Ctrl-C between chunks
+    import gradflow._engine.loop as loop_module
 
     real = loop_module.run_chunk
     calls = {"n": 0}
@@ -252,8 +258,10 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
             os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
+    # Ctrl-C pressed at the third chunk (a flow's job calls loop.run_chunk)
     monkeypatch.setattr(loop_module, "run_chunk", segment)
-    # chunks of 60 steps: the interrupt lands inside the solve (of ~450 steps)
+    # chunks of 60 steps (the CLI has no chunk option): the interrupt lands
+    # inside the solve (of ~450 steps)
     monkeypatch.setattr(loop_module, "CHUNK_STEPS", 60)
     out, ck = tmp_path / "out", tmp_path / "ck.npz"
     argv = ["run", "--t1", "300", "--no-progress", "--out", str(out)]

@@ -8,8 +8,13 @@ import pandas as pd
 import pytest
 
 import gradflow as gf
-from gradflow import _loop
-from gradflow._cli_sweep import parse_seeds, parse_values
+
+# An internal: the CLI has no chunk option; its chunk size is patched to that of
+# `small_sweep`, whose compiled chunk the command then reuses.
+import gradflow._engine.loop as loop
+
+# Internals with no public name: the parsers of the command's value lists.
+from gradflow._cli.sweep import parse_seeds, parse_values
 from gradflow.cli import main
 
 
@@ -41,7 +46,8 @@ def test_bad_arguments_exit_2(capsys, tmp_path):
 
 
 def test_sweep_command_writes_sweep_table_figures(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(_loop, "CHUNK_STEPS", CHUNK_STEPS)
+    # (the CLI has no chunk option) small_sweep's chunk: its compilation reused
+    monkeypatch.setattr(loop, "CHUNK_STEPS", CHUNK_STEPS)
     out = tmp_path / "out"
     argv = ["sweep", "--chain", "sticky", "--d", "4", "--width", "4"]
     argv += ["--delta", "0,0.1", "--seeds", "4", "--t1", "400", "--no-progress"]

@@ -1,17 +1,16 @@
 """gf.sweep: members equal their solo runs, C order, labels, failed members,
-save/load, checkpoint/resume, bad input."""
+save/load, checkpoint/resume, a sweep of problems, bad input."""
 
 import json
 import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow import _loop
-from gradflow._sweep_result import stage_field
 
 
 HERE = Path(__file__).parent
@@ -28,12 +27,6 @@ def sw():
     return small_sweep(gf)
 
 
-@pytest.fixture
-def small_chunks(monkeypatch):
-    """The chunk size of `small_sweep` (reuses its compiled chunk)."""
-    monkeypatch.setattr(_loop, "CHUNK_STEPS", CHUNK_STEPS)
-
-
 def crossing_time(ts, loss, level):
     """The first time the saved loss falls through `level` (linear between saves)."""
     i = int(np.flatnonzero(loss < level)[0])
@@ -45,7 +38,7 @@ def crossing_time(ts, loss, level):
 def test_member_equals_solo_integrate(sw, i):
     member = sw.members[i]
     solo = gf.integrate(
-        chains()[member.chain],
+        chains()[member.problem],
         member.init_scale,
         seed=member.seed,
         width=M,
@@ -61,9 +54,7 @@ def test_member_equals_solo_integrate(sw, i):
         a = crossing_time(traj.ts, traj.loss, level)
         b = crossing_time(solo.ts, solo.loss, level)
         assert abs(a - b) <= 5e-3 * b, (level, a, b)
-    assert [stage_field(s, "name") for s in traj.stages] == [
-        stage_field(s, "name") for s in solo.stages
-    ]
+    assert [s.name for s in traj.stages] == [s.name for s in solo.stages]
     assert [e.name for e in traj.events] == [e.name for e in solo.events]
     for a, b in zip(traj.events, solo.events, strict=True):
         assert abs(a.t - b.t) <= 5e-3 * b.t
@@ -97,7 +88,8 @@ def test_members_in_c_order_with_labels(sw):
         for s, seed in enumerate(SEEDS):
             i = c * len(SEEDS) + s
             m = sw.members[i]
-            assert (m.index, m.chain, m.seed, m.init_scale) == (i, c, seed, 1e-3)
+            assert (m.index, m.problem, m.seed, m.init_scale) == (i, c, seed, 1e-3)
+            assert m.chain == m.problem  # the name of a sweep of chains
             assert m.labels == {"delta": DELTAS[c]}
             assert sw[i].settings["seed"] == seed
             assert np.allclose(np.asarray(sw[i].chain.P), np.asarray(chains()[c].P))
@@ -115,11 +107,11 @@ def test_table(sw):
     assert len(table) == n_rows
     assert {"member", "delta", "seed", "stage", "t_start", "t_end"} <= set(table)
     rows = table[table.member == 5]
-    assert list(rows.stage) == [stage_field(s, "name") for s in sw[5].stages]
+    assert list(rows.stage) == [s.name for s in sw[5].stages]
     assert (rows.delta == DELTAS[1]).all() and (rows.seed == SEEDS[1]).all()
 
 
-def test_given_starts_and_a_failed_member(sw, small_chunks):
+def test_given_starts_and_a_failed_member(sw):
     """`params` as a batch of starting points; one of them (a huge start) fails
     and keeps its partial trajectory and message, the others are unaffected."""
     starts = [gf.init_params(D, M, 1e-3, s) for s in SEEDS]
@@ -130,7 +122,13 @@ def test_given_starts_and_a_failed_member(sw, small_chunks):
         *(np.stack([getattr(p, n) for p in starts]) for n in "W0 W1 WQ WK".split())
     )
     given = gf.sweep(
-        chains()[0], params=params, width=M, t1=T1, max_steps=600, progress=False
+        chains()[0],
+        params=params,
+        width=M,
+        t1=T1,
+        max_steps=600,
+        progress=False,
+        chunk_steps=CHUNK_STEPS,
     )
     assert [m.start for m in given.members] == list(range(8))
     assert [m.seed for m in given.members] == [None] * 8
@@ -155,9 +153,7 @@ def test_save_load(sw, tmp_path):
     for a, b in zip(back, sw, strict=True):
         np.testing.assert_array_equal(a.params.W0, b.params.W0)
         assert a.events == b.events and a.settings == b.settings
-        assert [stage_field(s, "name") for s in a.stages] == [
-            stage_field(s, "name") for s in b.stages
-        ]
+        assert [s.name for s in a.stages] == [s.name for s in b.stages]
     assert back.table().equals(sw.table())
     # gf.load reads any result file: here a sweep, the same as load_sweep.
     any_ = gf.load(path)
@@ -177,10 +173,11 @@ def test_save_load(sw, tmp_path):
         gf.load_sweep(tmp_path / "newer.npz")
 
 
-def test_checkpoint_resume(sw, tmp_path, small_chunks):
+def test_checkpoint_resume(sw, tmp_path):
     """A sweep stopped part-way (out of steps) and run again resumes from its
     checkpoint to the result of an uninterrupted sweep."""
     kwargs = dict(init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, progress=False)
+    kwargs["chunk_steps"] = CHUNK_STEPS
     kwargs["labels"] = {"delta": DELTAS}
     path = tmp_path / "sweep.ckpt.npz"
     stopped = gf.sweep(chains(), **kwargs, max_steps=200, checkpoint=path)
@@ -192,11 +189,68 @@ def test_checkpoint_resume(sw, tmp_path, small_chunks):
     for a, b in zip(resumed, sw, strict=True):
         assert a.events == b.events
         assert a.stats["num_steps"] == b.stats["num_steps"]
-        assert [stage_field(s, "name") for s in a.stages] == [
-            stage_field(s, "name") for s in b.stages
-        ]
+        assert [s.name for s in a.stages] == [s.name for s in b.stages]
     with pytest.raises(ValueError, match="different call"):
         gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), checkpoint=path)
+
+
+class _Quadratic(gf.Problem):
+    """A problem of another class than the paper's model (never solved here)."""
+
+    target: jax.Array
+
+    def loss(self, params):
+        return 0.5 * jnp.sum((params - self.target) ** 2)
+
+    def init(self, key, init_scale):
+        return init_scale * jax.random.normal(key, self.target.shape)
+
+
+def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
+    """`gf.sweep` of `gf.problems.MarkovAttention` problems is the sweep of
+    their chains, member for member and bit for bit; problems of two classes,
+    of two shapes or configurations, mixed with chains, or given with `width`
+    (which the problems carry) are refused before anything is solved."""
+    problems = [gf.problems.MarkovAttention(c, width=M) for c in chains()]
+    kw = dict(init_scale=1e-3, seeds=SEEDS, t1=T1, progress=False)
+    kw.update(labels={"delta": DELTAS}, chunk_steps=CHUNK_STEPS)
+    of_problems = gf.sweep(problems, **kw)
+    assert of_problems.members == sw.members
+    assert of_problems.problems == tuple(problems)
+    assert of_problems.settings == sw.settings
+    assert of_problems.settings["num_problems"] == len(DELTAS)
+    np.testing.assert_array_equal(of_problems.ts, sw.ts)
+    np.testing.assert_array_equal(of_problems.loss, sw.loss)
+    for a, b in zip(of_problems, sw, strict=True):
+        np.testing.assert_array_equal(a.loss, b.loss)
+        np.testing.assert_array_equal(a.grad_norm, b.grad_norm)
+        for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+            np.testing.assert_array_equal(x, y)
+        assert a.events == b.events and a.stages == b.stages
+        assert a.settings == b.settings
+        assert a.stats["num_steps"] == b.stats["num_steps"]
+    assert of_problems.table().equals(sw.table())
+    assert repr(of_problems) == repr(sw)
+
+    chain4, chain5 = gf.chains.sticky(4), gf.chains.sticky(5)
+    paper = gf.problems.MarkovAttention(chain4, width=M)
+    other = _Quadratic(jnp.ones(3))
+    call = dict(init_scale=1e-3, t1=T1, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"of one class: problems\[1\] is a _Quadratic, problems\[0\] a Markov",
+    ):
+        gf.sweep([paper, other], **call)
+    with pytest.raises(TypeError, match=r"chains\[1\] must be a gradflow\.MarkovChain"):
+        gf.sweep([chain4, paper], **call)
+    with pytest.raises(ValueError, match="must have arrays of equal shapes"):
+        gf.sweep([paper, gf.problems.MarkovAttention(chain5, width=M)], **call)
+    with pytest.raises(ValueError, match="must share their configuration"):
+        gf.sweep([paper, gf.problems.MarkovAttention(chain4, width=M + 1)], **call)
+    with pytest.raises(
+        ValueError, match="width is for sweeps of chains; a problem carries its own"
+    ):
+        gf.sweep(problems, width=M, **call)
 
 
 def _bad_params():

@@ -257,6 +257,7 @@ def legacy_problem(settings: dict, tokens, P, pi) -> Problem | None:
             "width": settings.get("width"),
             "model": settings.get("model"),
             "tokens": tokens,
+            "context": settings.get("context"),  # an SGD run's sequence length
         },
     }
     return read_problem(entry, {"problem/P": P, "problem/pi": pi})

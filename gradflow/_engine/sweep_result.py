@@ -151,7 +151,12 @@ class Sweep(eqx.Module):
     def __repr__(self) -> str:
         n_ok = int(self.ok.sum())
         first = self.problems[0]
-        what = "none" if first is None else first.describe()
+        if first is None:
+            what = "none"
+        elif self._axis == "chain":  # the paper's model: the repr of gradflow 0.1.0
+            what = f"d = {first.chain.d}"
+        else:
+            what = first.describe()
         return (
             f"Sweep({len(self)} members: {len(self.problems)} {self._axis}s "
             f"({what}), {n_ok} ok, {len(self) - n_ok} failed, "
