@@ -1,4 +1,3 @@
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,23 +7,23 @@ import scipy.stats
 from conftest import random_params
 
 import gradflow as gf
-import gradflow._sgd as sgd_module
-from gradflow._sgd_loss import context_counts, counted_context_loss
-from gradflow._sgd_samplers import ChainSampler, DatasetSampler, WindowSampler
 
+# Internal: the loss-drop crossing time `gf.compare` is built on, tested on
+# its own and used for a problem `gf.compare` does not take (it needs a chain).
+from gradflow._sgd.compare import crossing_time
 
-@pytest.fixture(autouse=True)
-def no_stage_detection(monkeypatch, request):
-    """Stage detection on a run's saves costs more than a small run itself (it
-    compiles anew for every run), so the tests that do not look at stages skip
-    it; those that do request `real_stages`."""
-    if "real_stages" not in request.fixturenames:
-        monkeypatch.setattr(sgd_module, "_attach_stages", lambda run: run)
+# The SGD loop's internals, tested directly: `FixedData` (a fixed dataset over
+# any problem's examples; the public route is `num_sequences=`) and
+# `sgd_chunk` (the compiled chunk: its cache shows whether a call recompiled).
+from gradflow._sgd.loop import FixedData, sgd_chunk
 
+# The paper's model's finite-context loss from token counts: checked against
+# SPEC section 2 written out in NumPy, and used to redo a run by hand.
+from gradflow.problems._markov.losses import context_counts, counted_context_loss
 
-@pytest.fixture
-def real_stages():
-    """Requested by a test that keeps stage detection (see `no_stage_detection`)."""
+# The samplers behind `MarkovAttention.sample`: their distributions are
+# tested directly (chi-square against P and pi, windows of a stream).
+from gradflow.problems._markov.samplers import ChainSampler, WindowSampler
 
 
 # ------------------------------------------------------------------ sampling
@@ -78,17 +77,27 @@ def test_chain_sampler_sticky_repeat_rate():
     assert abs(repeats - expected) < 5 * np.sqrt(expected * (1 - expected) / n) * 3
 
 
-def test_window_and_dataset_samplers():
+def test_window_sampler_and_fixed_data():
     ids = jnp.arange(100, dtype=jnp.int32)
     w = np.asarray(WindowSampler(ids, 9)(jax.random.key(0), 64))
     assert w.shape == (64, 10)
     np.testing.assert_array_equal(np.diff(w, axis=1), 1)  # consecutive windows
     assert w[:, 0].min() >= 0 and w[:, -1].max() <= 99
+    # A fixed dataset of 20 sequences of 2 tokens (context 1) of the paper's
+    # model: batches are drawn from it, not from the problem.
+    problem = gf.problems.MarkovAttention(_small_chain(), context=1)
     data = jnp.arange(40, dtype=jnp.int32).reshape(20, 2)
-    b = np.asarray(DatasetSampler(data, 1)(jax.random.key(1), 20))
+    fixed = FixedData(problem, data)
+    b = np.asarray(fixed.sample(jax.random.key(1), 20))
     np.testing.assert_array_equal(b, np.asarray(data))  # full batch: the dataset
-    b = np.asarray(DatasetSampler(data, 1)(jax.random.key(1), 15))
+    b = np.asarray(fixed.sample(jax.random.key(1), 15))
+    rows = {tuple(r) for r in np.asarray(data)}
+    assert b.shape == (15, 2) and {tuple(r) for r in b} <= rows
     assert len({tuple(r) for r in b}) == 15  # without replacement
+    # Its batch loss is the problem's (on tokens of the chain).
+    params, tokens = random_params(4, 3, 0.5, seed=0), data % 4
+    loss = fixed.sample_loss(params, tokens)
+    assert np.isfinite(loss) and loss == problem.sample_loss(params, tokens)
 
 
 # --------------------------------------------------- finite-context model
@@ -192,6 +201,22 @@ def test_results_do_not_depend_on_save_grid():
     np.testing.assert_allclose(a.ts, a.steps * 0.1)
 
 
+def test_results_do_not_depend_on_chunk_steps():
+    """`chunk_steps` is how often the host looks in: the run is the same,
+    whatever the chunks (saves 5 steps apart, chunks of 2 or of 2000)."""
+    chain = _small_chain()
+    kw = dict(init_scale=0.3, width=3, lr=0.1, t1=3.0, ts=np.linspace(0, 3, 7))
+    a = gf.train_sgd(chain, **kw, **SMALL)
+    b = gf.train_sgd(chain, chunk_steps=2, **kw, **SMALL)
+    np.testing.assert_array_equal(a.steps, np.arange(0, 31, 5))
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.population_loss, b.population_loss)
+    np.testing.assert_array_equal(a.grad_norm, b.grad_norm)
+    np.testing.assert_array_equal(a.train_loss, b.train_loss)
+    assert a.settings == b.settings
+
+
 @pytest.mark.slow
 def test_tiny_lr_huge_batch_approaches_flow():
     # Slow tier (three compiles of SGD); the default tier ties SGD to the flow
@@ -220,16 +245,23 @@ def test_tiny_lr_huge_batch_approaches_flow():
     assert gaps[2] < gaps[0] / 4
 
 
-def test_new_chain_and_lr_do_not_recompile():
-    from gradflow._sgd import _advance
+def _compilations(fn) -> int:
+    """Entries in the compilation cache of an `eqx.filter_jit` function (one
+    per compiled signature; as tests/test_stages.py counts them)."""
+    return fn._cached._cache_size()  # noqa: SLF001
 
+
+def test_new_chain_and_lr_do_not_recompile():
     kw = dict(init_scale=0.2, width=3, t1=1.0, ts=[0.0, 1.0], **SMALL)
     gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), lr=0.1, **kw)
-    before = eqx.debug.get_num_traces(_advance)
+    before = _compilations(sgd_chunk)
     assert before >= 1
     gf.train_sgd(gf.chains.random(4, seed=9), lr=0.25, seed=3, **kw)
     gf.train_sgd(gf.chains.zipf(4), lr=0.5, **kw)
-    assert eqx.debug.get_num_traces(_advance) == before
+    assert _compilations(sgd_chunk) == before
+    # The count can fail: another width is another compilation.
+    gf.train_sgd(gf.chains.zipf(4), lr=0.5, **{**kw, "width": 2})
+    assert _compilations(sgd_chunk) == before + 1
 
 
 def test_text_source_and_optimizer():
@@ -249,7 +281,7 @@ def test_text_source_and_optimizer():
     assert np.isfinite(run.train_loss).all()
 
 
-def test_save_load_roundtrip(tmp_path, real_stages):
+def test_save_load_roundtrip(tmp_path):
     run = gf.train_sgd(_small_chain(), init_scale=0.2, width=3, lr=0.5, t1=2.0, **SMALL)
     path = run.save(tmp_path / "run.npz")
     back = gf.load_sgd(path)
@@ -259,6 +291,8 @@ def test_save_load_roundtrip(tmp_path, real_stages):
     np.testing.assert_array_equal(back.params.W0, run.params.W0)
     assert back.settings == run.settings and back.ok
     np.testing.assert_allclose(back.chain.P, run.chain.P)
+    assert back.problem.context == 8 and back.problem.width == 3
+    assert back.stages == run.stages and back.events == run.events
     # gf.load reads any result file: here an SGD run, the same as load_sgd.
     any_ = gf.load(path)
     assert isinstance(any_, gf.SGDRun)
@@ -269,7 +303,7 @@ def test_save_load_roundtrip(tmp_path, real_stages):
         loss=run.loss,
         grad_norm=run.grad_norm,
         params=run.params,
-        chain=run.chain,
+        problem=run.problem,
         settings={},
         stats={},
     )
@@ -325,12 +359,132 @@ def test_bad_source_and_short_corpus():
         gf.train_sgd(stream, init_scale=0.1, context=32, batch_size=4, progress=False)
 
 
+# ------------------------------------------------------ a user-defined problem
+
+
+class LinearRegression(gf.Problem):
+    r"""$L(w) = \frac12 |w - w^*|^2$: the population loss of noiseless linear
+    regression, $y = w^* \cdot x$ with $x \sim \mathcal N(0, I)$.
+
+    Defined at module level, so that a saved run names a class `gf.load` can
+    import (`test_sgd:LinearRegression`)."""
+
+    w_star: jax.Array
+
+    def loss(self, params):
+        return 0.5 * jnp.sum((params - self.w_star) ** 2)
+
+    def init(self, key, init_scale):
+        shape, dtype = self.w_star.shape, self.w_star.dtype
+        return init_scale * jax.random.normal(key, shape, dtype)
+
+    def sample(self, key, n):
+        x = jax.random.normal(key, (n, self.w_star.shape[0]), self.w_star.dtype)
+        return x, x @ self.w_star
+
+    def sample_loss(self, params, batch):
+        x, y = batch
+        return 0.5 * jnp.mean((x @ params - y) ** 2)
+
+
+def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
+    r"""`gf.train_sgd` trains any `gf.Problem` that samples, and its run tracks
+    `gf.flow` of the same problem from the same start.
+
+    Why the bounds. With $e = w - w^*$ a step is $e \mapsto (I - \eta S)e$,
+    $S = X^\top X / B$ for a batch of $B$ Gaussian $x$'s (no label noise).
+    The law of $S$ is rotation invariant, so $|e_{k+1}|^2 / |e_k|^2$ is
+    independent of $e_k$: $\log L_k$ is a random walk with i.i.d. increments
+    $Z = \log u^\top (I - \eta S)^2 u$, of mean $-2\eta + (c - 2)\eta^2 +
+    O(\eta^3)$ with $c = 1 + (d + 1)/B$ ($E S^2 = c I$) and variance
+    $\approx 8\eta^2 / B$ ($\operatorname{Var} u^\top S u = 2/B$). The flow
+    has $\log L(t) = \log L_0 - 2t$ exactly. At $t = k\eta$ SGD's
+    $\log L$ is therefore off the flow's by a bias $(c-2)\eta t$ and a
+    standard deviation $\sqrt{8\eta t / B}$; the loss falls at rate 2, so
+    the time it crosses a level is off by a relative bias $|c-2|\eta/2 \approx
+    0.1\,\%$ and a relative standard deviation $\sqrt{2\eta/(B t)}$. At
+    $\eta = 0.002$, $B = 256$ the crossings of $L_0/2$, $L_0/10$, $L_0/100$
+    ($t = 0.35, 1.15, 2.30$) have standard deviations of $0.67$, $0.37$ and
+    $0.26\,\%$: a 3 % bound is over 4 standard deviations at the earliest.
+    On the whole path $\log L$ is off by a bias of at most $0.006$ and a
+    random walk of standard deviation $\sqrt{8 \cdot 0.002 \cdot 3 / 256} =
+    0.014$ at $t_1 = 3$; a bound of 0.07 leaves 4.6 of these, and (reflection
+    principle) the walk's largest excursion passes a level at most twice as
+    often as its end point. (Seeds 0-2 give crossing errors below 0.6 % and
+    gaps below 0.031; at $\eta = 0.05$ or $B = 16$ gaps reach 0.17 and 0.13.)
+    """
+    d = 5
+    problem = LinearRegression(jnp.linspace(-1.0, 1.0, d))
+    t1, lr = 3.0, 0.002
+    ts = np.linspace(0.0, t1, 301)  # every 5 steps
+    run = gf.train_sgd(
+        problem, init_scale=1.0, lr=lr, batch_size=256, t1=t1, ts=ts, progress=False
+    )
+    assert run.ok and isinstance(run.problem, LinearRegression)
+    assert run.settings["source"] == "problem" and run.settings["batch_size"] == 256
+    assert run.stats["num_steps"] == 1500
+    np.testing.assert_allclose(run.ts, ts, rtol=1e-12)
+    # The saves are scored with the problem's loss.
+    w = np.asarray(run.params)
+    assert w.shape == (301, d)
+    np.testing.assert_allclose(
+        run.population_loss,
+        0.5 * np.sum((w - np.asarray(problem.w_star)) ** 2, axis=1),
+        rtol=1e-12,
+    )
+
+    # Saved and loaded: the same run, its problem rebuilt.
+    path = run.save(tmp_path / "linear.npz")
+    back = gf.load(path)
+    assert isinstance(back, gf.SGDRun) and isinstance(back.problem, LinearRegression)
+    np.testing.assert_array_equal(back.problem.w_star, problem.w_star)
+    np.testing.assert_array_equal(back.population_loss, run.population_loss)
+    np.testing.assert_array_equal(back.train_loss, run.train_loss)
+    np.testing.assert_array_equal(back.params, run.params)
+    assert back.settings == run.settings and back.ok
+
+    # The flow of the same problem from the same start, at the same times.
+    traj = gf.flow(problem, params=run.at(0), t1=t1, ts=run.ts, progress=False)
+    assert traj.ok
+    # The solve is right, L(t) = L(0) exp(-2t), to the default tolerances
+    # (errors ~5e-5, far below the bounds on SGD below).
+    np.testing.assert_allclose(
+        traj.loss, traj.loss[0] * np.exp(-2 * traj.ts), rtol=1e-4
+    )
+    assert run.population_loss[0] == traj.loss[0]
+    assert run.population_loss[-1] < traj.loss[0] / 100  # a real drop
+    gap = np.log(run.population_loss / traj.loss)
+    assert np.max(np.abs(gap)) < 0.07
+    L0 = traj.loss[0]
+    for fraction in (0.5, 0.1, 0.01):
+        t_flow = crossing_time(traj.ts, traj.loss, fraction * L0)
+        t_sgd = crossing_time(run.ts, run.population_loss, fraction * L0)
+        assert t_flow == pytest.approx(-np.log(fraction) / 2, rel=1e-3)
+        assert abs(t_sgd / t_flow - 1) < 0.03, (fraction, t_sgd, t_flow)
+
+
+def test_user_problem_bad_input():
+    problem = LinearRegression(jnp.ones(3))
+    with pytest.raises(ValueError, match="width is for a chain or a text source"):
+        gf.train_sgd(problem, init_scale=1.0, width=3, progress=False)
+
+    class NoSampler(gf.Problem):
+        w_star: jax.Array
+
+        def loss(self, params):
+            return 0.5 * jnp.sum((params - self.w_star) ** 2)
+
+        def init(self, key, init_scale):
+            return init_scale * jax.random.normal(key, self.w_star.shape)
+
+    with pytest.raises(TypeError, match="defines no sample and sample_loss"):
+        gf.train_sgd(NoSampler(jnp.ones(3)), init_scale=1.0, progress=False)
+
+
 # ------------------------------------------------------------------- compare
 
 
 def test_crossing_time_interpolates_in_log_t():
-    from gradflow._compare import crossing_time
-
     ts = np.array([0.0, 1.0, 10.0, 100.0])
     loss = np.array([2.0, 2.0, 1.0, 0.5])
     assert crossing_time(ts, loss, 1.5) == pytest.approx(np.sqrt(10.0))
@@ -352,7 +506,7 @@ def _synthetic_flow(chain, ts):
         loss=loss,
         grad_norm=np.zeros_like(ts),
         params=p,
-        chain=chain,
+        problem=gf.problems.MarkovAttention(chain),
         settings={},
         stats={},
     )
@@ -375,7 +529,7 @@ def test_compare_flow_with_itself_and_shifted():
         loss=late.loss,
         grad_norm=late.grad_norm,
         params=late.params,
-        chain=chain,
+        problem=gf.problems.MarkovAttention(chain),
         settings={},
         stats={},
     )
@@ -395,7 +549,7 @@ def test_compare_bad_input():
             loss=np.array([1.0, 0.9, 0.8]),
             grad_norm=np.ones(3),
             params=p,
-            chain=gf.chains.sticky(d),
+            problem=gf.problems.MarkovAttention(gf.chains.sticky(d)),
             settings={},
             stats={},
         )
@@ -419,7 +573,7 @@ def test_cli_sgd_bad_input(capsys):
 
 
 @pytest.mark.slow
-def test_sgd_tracks_flow_on_unseen_chain(real_stages):
+def test_sgd_tracks_flow_on_unseen_chain():
     """The issue's criterion on one chain used nowhere else: context 256,
     batch 512, lr 0.2; first-drop crossing times within 10 %, and the mean
     population-loss gap after the drop below 0.01."""
@@ -442,7 +596,7 @@ def test_sgd_tracks_flow_on_unseen_chain(real_stages):
     assert cmp.mean_abs_gap_after < 0.01
 
 
-def test_sgd_run_has_the_flows_stages(real_stages):
+def test_sgd_run_has_the_flows_stages():
     """SGD iterates go through the same stage detector as the flow; at context
     256, batch 512, lr 0.2 the first cycle's stages start at nearly the same
     times (SGD is a few percent late, see docs/sgd.md)."""

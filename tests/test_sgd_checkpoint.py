@@ -1,11 +1,15 @@
 """Checkpoints, resumption and Ctrl-C for `gf.train_sgd` and `gradflow sgd`.
 
 All runs share one small configuration (d = 4, width 4, context 16, batch 32,
-100 steps, 11 saves), so the module costs one compilation of the step. Chunks
-are cut to 4 steps (`_CHUNK`), so that a checkpoint written after every chunk
-(`checkpoint_every=0`) also falls between saves. Stage detection, which is a
-deterministic function of the saved parameters compared here bit for bit, is
-skipped except where a test says otherwise (it recompiles on every call).
+100 steps, 11 saves), so the module costs one compilation of the chunk of
+steps (and one of the stage detection on the saves). Chunks are cut to 4
+steps (`chunk_steps=4`), so that a checkpoint written after every chunk
+(`checkpoint_every=0`) also falls between saves.
+
+A crash or a Ctrl-C is simulated by patching `gradflow._sgd.loop.sgd_chunk`,
+the compiled chunk function the run's job calls between looks of the host
+(there is no public hook into a running loop); the same patch counts the
+chunks a call runs.
 """
 
 import json
@@ -13,16 +17,20 @@ import os
 import re
 import signal
 
-import equinox as eqx
 import jax
 import numpy as np
 import optax
 import pytest
 
 import gradflow as gf
-import gradflow._sgd as sgd_module
-from gradflow._checkpoint import FORMAT_NAME, Checkpointer
-from gradflow._files import read_npz_with_meta
+
+# The loop's module: its `sgd_chunk` is patched (see the module docstring).
+import gradflow._sgd.loop as sgd_loop
+
+# Internals of the checkpoint file: a test reads the state a checkpoint holds
+# (and edits it) to check what was written, and writes a flow's checkpoint.
+from gradflow._core.files import read_npz_with_meta
+from gradflow._engine.checkpoint import FORMAT_NAME, Checkpointer, unpack_tree
 from gradflow.cli import main
 
 
@@ -36,6 +44,7 @@ KW = dict(
     t1=20.0,
     ts=np.linspace(0.0, 20.0, 11),
     progress=False,
+    chunk_steps=4,
 )
 CLI = (
     "sgd --d 4 --width 4 --init-scale 0.3 --context 16 --batch-size 32 --lr 0.2 "
@@ -43,27 +52,12 @@ CLI = (
 ).split()
 
 
-_REAL_ADVANCE = sgd_module._advance
-
-
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch, request):
-    monkeypatch.setattr(sgd_module, "_CHUNK", 4)
-    if "real_stages" not in request.fixturenames:
-        monkeypatch.setattr(sgd_module, "_attach_stages", lambda run: run)
-
-
-@pytest.fixture
-def real_stages():
-    """Requested by a test that keeps stage detection (see `small_chunks`)."""
+_REAL_CHUNK = sgd_loop.sgd_chunk
 
 
 def _reference(**kw):
     """An uninterrupted run without a checkpoint."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sgd_module, "_CHUNK", 4)
-        mp.setattr(sgd_module, "_attach_stages", lambda run: run)
-        return gf.train_sgd(CHAIN, **{**KW, **kw})
+    return gf.train_sgd(CHAIN, **{**KW, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -75,31 +69,50 @@ class _Crash(Exception):
     pass
 
 
-def _fail_at_call(monkeypatch, n, action=None):
-    """Patches the chunk function: call `n` (from 1) runs `action` first, or
-    raises `_Crash` (a process killed mid-run) when `action` is None. Returns
-    the list of calls made."""
-    calls = []
+class _Chunks:
+    """What the patched chunk function saw: the first step of every chunk
+    called (`starts`) and the state after every chunk it ran (`states`)."""
 
-    def advance(*args, **kwargs):
-        calls.append(int(args[3]))  # the first step of the chunk
-        if len(calls) == n:
+    def __init__(self):
+        self.starts: list[int] = []
+        self.states: list = []
+
+
+def _fail_at_call(monkeypatch, n, action=None) -> _Chunks:
+    """Patches the chunk function: call `n` (from 1) runs `action` first, or
+    raises `_Crash` (a process killed mid-run) when `action` is None; `n = 0`
+    only counts."""
+    chunks = _Chunks()
+
+    def chunk(state, *args, **kwargs):
+        chunks.starts.append(int(state.step))
+        if len(chunks.starts) == n:
             if action is None:
                 raise _Crash
             action()
-        return _REAL_ADVANCE(*args, **kwargs)
+        out = _REAL_CHUNK(state, *args, **kwargs)
+        chunks.states.append(out)
+        return out
 
-    monkeypatch.setattr(sgd_module, "_advance", advance)
-    return calls
+    monkeypatch.setattr(sgd_loop, "sgd_chunk", chunk)
+    return chunks
 
 
-def _no_steps(monkeypatch):
-    def advance(*args, **kwargs):
-        raise AssertionError("a step was taken")
+def _no_steps(monkeypatch) -> _Chunks:
+    """Counts the chunks a call runs (a finished checkpoint runs none)."""
+    return _fail_at_call(monkeypatch, 0)
 
-    monkeypatch.setattr(sgd_module, "_advance", advance)
-    monkeypatch.setattr(sgd_module, "_first_batch_loss", advance)
-    monkeypatch.setattr(sgd_module, "_draw", advance)
+
+def _nothing_drawn(monkeypatch):
+    """Fails the test if a step is taken or a batch drawn: every batch of the
+    paper's model (fresh, a fixed dataset's, the first one) is drawn by
+    `MarkovAttention.sample`."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a step was taken or a batch drawn")
+
+    monkeypatch.setattr(sgd_loop, "sgd_chunk", fail)
+    monkeypatch.setattr(gf.problems.MarkovAttention, "sample", fail)
 
 
 def _assert_same_run(a, b):
@@ -113,37 +126,76 @@ def _assert_same_run(a, b):
     assert a.ok == b.ok and a.message == b.message and a.settings == b.settings
 
 
-def _state(path):
+def _assert_same_tree(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b) and len(la) == len(lb)
+    for x, y in zip(la, lb, strict=True):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(x, y)
+
+
+def _state(path, like):
+    """`(meta, state)`: what the checkpoint at `path` holds, the state (an
+    `SGDState`) rebuilt in the structure of `like`."""
     meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
-    return meta["state"], arrays
+    return meta["state"], unpack_tree("state", arrays, like)
 
 
 # ------------------------------------------------------------------ resuming
 
 
-def test_killed_run_resumes_to_the_same_bits(tmp_path, monkeypatch, reference):
+# Chunks: steps 0-4, 4-8, 8-10, 10-14, 14-18, 18-20, ..., 98-100 (30 chunks).
+# The process dies on entering chunk `crash_at`; the checkpoint (written after
+# every chunk) holds the state after the chunk before: none (the first), at a
+# save step (10), between saves (8, 18), before the last chunk (98).
+@pytest.mark.parametrize(
+    "crash_at, resumed, chunk_steps",
+    [(1, None, 4), (3, 8, 4), (4, 10, 4), (6, 18, 4), (30, 98, 4), (6, 18, 3)],
+)
+def test_killed_run_resumes_to_the_same_bits(
+    tmp_path, monkeypatch, reference, crash_at, resumed, chunk_steps
+):
+    """A run killed at any chunk resumes, from its checkpoint, to the bits of
+    the uninterrupted run (also with chunks of another length: `chunk_steps`
+    is not part of a run's identity); a finished checkpoint then returns the
+    run without taking a step."""
     path = tmp_path / "run.ckpt.npz"
-    # Chunks: steps 0-4, 4-8, 8-10, 10-14, 14-18, 18-20, ...; the process dies
-    # on entering the 6th, after the checkpoint at step 18 (between saves).
-    calls = _fail_at_call(monkeypatch, 6)
+    chunks = _fail_at_call(monkeypatch, crash_at)
     with pytest.raises(_Crash):
         gf.train_sgd(CHAIN, **KW, checkpoint=path, checkpoint_every=0)
-    assert calls == [0, 4, 8, 10, 14, 18]
-    state, arrays = _state(path)
-    assert state["done"] == 18 and state["count"] == 8 and state["num_saved"] == 2
-    assert not state["finished"] and np.isfinite(arrays["partial_sum"])
-    calls = _fail_at_call(monkeypatch, 0)  # counts chunks, never fails
-    traces = eqx.debug.get_num_traces(_REAL_ADVANCE)
-    run = gf.train_sgd(CHAIN, **KW, checkpoint=path, checkpoint_every=0)
-    assert eqx.debug.get_num_traces(_REAL_ADVANCE) == traces  # no recompile
-    assert calls[0] == 18 and run.stats["resumed_from_step"] == 18
-    assert run.stats["steps_run"] == 82 and run.stats["num_steps"] == 100
+    starts = [10 * k + j for k in range(10) for j in (0, 4, 8)]
+    assert chunks.starts == starts[:crash_at]
+    if resumed is None:
+        assert not path.exists()  # nothing written before the first chunk ended
+    else:
+        # The checkpoint holds the state after the last chunk, bit for bit.
+        meta, state = _state(path, chunks.states[-1])
+        _assert_same_tree(state, chunks.states[-1])
+        assert meta == {"step": resumed} and int(state.step) == resumed
+        # saves so far (step 0 and every 10 steps), steps since the last save
+        assert int(state.num_saved) == resumed // 10 + 1
+        assert int(state.count) == resumed % 10
+        assert not bool(state.failed) and np.isfinite(float(state.total))
+
+    chunks = _no_steps(monkeypatch)  # counts chunks, never fails
+    compiled = _REAL_CHUNK._cached._cache_size()  # noqa: SLF001
+    kw = dict(KW, chunk_steps=chunk_steps)
+    run = gf.train_sgd(CHAIN, **kw, checkpoint=path, checkpoint_every=0)
+    if chunk_steps == KW["chunk_steps"]:  # the same chunk: no recompile
+        assert _REAL_CHUNK._cached._cache_size() == compiled  # noqa: SLF001
+    assert chunks.starts[0] == (resumed or 0)
+    assert run.stats["resumed_from_step"] == resumed
+    assert run.stats["steps_run"] == 100 - (resumed or 0)
+    assert run.stats["num_steps"] == 100
     _assert_same_run(run, reference)
-    assert _state(path)[0]["finished"]
+    meta, state = _state(path, chunks.states[-1])
+    assert meta == {"step": 100} and int(state.num_saved) == 11  # finished
+    _assert_same_tree(state, chunks.states[-1])
 
     # The finished checkpoint returns the run without taking a step.
-    _no_steps(monkeypatch)
+    chunks = _no_steps(monkeypatch)
     again = gf.train_sgd(CHAIN, **KW, checkpoint=path)
+    assert chunks.starts == []
     assert again.stats["steps_run"] == 0 and again.stats["resumed_from_step"] == 100
     _assert_same_run(again, reference)
 
@@ -160,21 +212,28 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
     assert repr(first) != repr(second)
     ref = _reference(optimizer=first)
     assert not np.array_equal(ref.params.W0, reference.params.W0)  # momentum acts
-    _fail_at_call(monkeypatch, 4)
+    chunks = _fail_at_call(monkeypatch, 4)
     with pytest.raises(_Crash):
         gf.train_sgd(CHAIN, **KW, optimizer=first, checkpoint=path, checkpoint_every=0)
-    monkeypatch.setattr(sgd_module, "_advance", _REAL_ADVANCE)
+    like = chunks.states[-1]
+    monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     saved = path.read_bytes()
     run = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
     assert run.stats["resumed_from_step"] == 10
     _assert_same_run(run, ref)
 
+    # The optimizer's state (the momentum) is in the checkpoint: zero it.
     path.write_bytes(saved)
     meta, arrays = read_npz_with_meta(path, FORMAT_NAME)
-    assert any(np.any(v != 0) for k, v in arrays.items() if k.startswith("opt_state/"))
-    for k in arrays:
-        if k.startswith("opt_state/"):
-            arrays[k] = np.zeros_like(arrays[k])
+    paths = jax.tree_util.tree_flatten_with_path(like)[0]
+    momentum = [
+        f"state/{i}"
+        for i, (key, _) in enumerate(paths)
+        if jax.tree_util.keystr(key).startswith(".opt_state")
+    ]
+    assert momentum and any(np.any(arrays[k] != 0) for k in momentum)
+    for k in momentum:
+        arrays[k] = np.zeros_like(arrays[k])
     np.savez(path, __gradflow__=np.array(json.dumps(meta)), **arrays)
     zeroed = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
     assert zeroed.stats["resumed_from_step"] == 10
@@ -185,19 +244,24 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
 # ------------------------------------------------------------------- Ctrl-C
 
 
-def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference, real_stages):
+def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference):
     path = tmp_path / "run.ckpt.npz"
     # SIGINT arrives as the 4th chunk (steps 10-14) starts: the run finishes
     # that chunk, writes its checkpoint and raises with what it has.
-    _fail_at_call(monkeypatch, 4, lambda: os.kill(os.getpid(), signal.SIGINT))
+    chunks = _fail_at_call(monkeypatch, 4, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(KeyboardInterrupt) as info:
         gf.train_sgd(CHAIN, **KW, checkpoint=path)
     e = info.value
     assert isinstance(e, gf.Interrupted) and e.checkpoint == path
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert chunks.starts == [0, 4, 8, 10]
     part = e.result
-    assert not part.ok and "interrupted at step 14 of 100 (t = 2.8)" in part.message
-    assert str(path) in part.message and str(path) in str(e)
+    assert not part.ok
+    assert part.message == (
+        "gradflow.train_sgd: interrupted at step 14 of 100 (t = 2.8); the "
+        f"checkpoint '{path}' holds the state: run the same call again to resume"
+    )
+    assert str(e) == part.message
     # Saves at steps 0 and 10, then the iterate at the interruption (step 14).
     np.testing.assert_array_equal(part.steps, [0, 10, 14])
     np.testing.assert_allclose(part.ts, [0.0, 2.0, 2.8])
@@ -211,11 +275,17 @@ def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference, real_s
     )
     assert part.stats["num_steps"] == 14
     assert len(part.extras["att_entropy"]) == 3  # stages were attached
-    state, _ = _state(path)
-    assert state["done"] == 14 and state["count"] == 4 and not state["finished"]
+    # The iterate at the interruption is the state the checkpoint holds.
+    meta, state = _state(path, chunks.states[-1])
+    _assert_same_tree(state, chunks.states[-1])
+    assert meta == {"step": 14} and int(state.count) == 4
+    assert int(state.num_saved) == 2 and not bool(state.failed)
+    for x, y in zip(
+        jax.tree.leaves(part.params), jax.tree.leaves(state.params), strict=True
+    ):
+        np.testing.assert_array_equal(x[-1], y)
 
-    monkeypatch.setattr(sgd_module, "_advance", _REAL_ADVANCE)
-    monkeypatch.setattr(sgd_module, "_attach_stages", lambda run: run)
+    monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     run = gf.train_sgd(CHAIN, **KW, checkpoint=path)
     assert run.stats["resumed_from_step"] == 14
     _assert_same_run(run, reference)
@@ -229,9 +299,20 @@ def test_ctrl_c_without_checkpoint(monkeypatch):
         gf.train_sgd(CHAIN, **KW)
     e = info.value
     assert isinstance(e, gf.Interrupted) and e.checkpoint is None
-    assert "interrupted at step 4 of 100" in e.result.message
-    assert "pass checkpoint=PATH (gradflow sgd: --checkpoint PATH)" in e.result.message
+    assert e.result.message == (
+        "gradflow.train_sgd: interrupted at step 4 of 100 (t = 0.8); pass "
+        "checkpoint=PATH to be able to resume"
+    )
     np.testing.assert_array_equal(e.result.steps, [0, 4])
+
+
+def test_ctrl_c_in_the_last_chunk_returns_the_finished_run(monkeypatch, reference):
+    """A Ctrl-C whose chunk finishes the run interrupts nothing: the run is
+    returned, complete."""
+    _fail_at_call(monkeypatch, 30, lambda: os.kill(os.getpid(), signal.SIGINT))
+    run = gf.train_sgd(CHAIN, **KW)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _assert_same_run(run, reference)
 
 
 # ---------------------------------------------------------------- refusals
@@ -240,10 +321,7 @@ def test_ctrl_c_without_checkpoint(monkeypatch):
 @pytest.fixture(scope="module")
 def finished_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "run.ckpt.npz"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sgd_module, "_CHUNK", 4)
-        mp.setattr(sgd_module, "_attach_stages", lambda run: run)
-        gf.train_sgd(CHAIN, **KW, checkpoint=path)
+    gf.train_sgd(CHAIN, **KW, checkpoint=path)
     return path
 
 
@@ -255,15 +333,25 @@ def finished_checkpoint(tmp_path_factory):
         (dict(batch_size=16), "batch_size = 32 there, 16 here"),
         (dict(num_sequences=64), "num_sequences = null there, 64 here"),
         (dict(init_scale=0.2), "init_scale = 0.3 there, 0.2 here"),
-        (dict(ts=[0.0, 20.0]), "num_saves = 11 there, 2 here; save steps differs"),
-        (dict(source=gf.chains.sticky(4, 0.5, 0.6, 0.05)), "chain.P differs"),
+        (
+            dict(ts=[0.0, 20.0]),
+            "num_saves = 11 there, 2 here; the save steps differs",
+        ),
+        (
+            dict(source=gf.chains.sticky(4, 0.5, 0.6, 0.05)),
+            r"different call: the chain \(transition matrix P\) differs\. ",
+        ),
+        (
+            dict(params=gf.init_params(4, 4, 0.3, seed=1), init_scale=None),
+            "init_scale = 0.3 there, null here; the initial parameters differs",
+        ),
         (dict(optimizer=optax.sgd(0.2)), 'optimizer = "sgd" there'),
     ],
 )
 def test_checkpoint_of_another_call_is_refused(
     finished_checkpoint, monkeypatch, change, match
 ):
-    _no_steps(monkeypatch)  # refused before anything is drawn or stepped
+    _nothing_drawn(monkeypatch)  # refused before anything is drawn or stepped
     kw = {**KW, "source": CHAIN, **change}
     with pytest.raises(ValueError, match=match) as info:
         gf.train_sgd(**kw, checkpoint=finished_checkpoint)
@@ -276,12 +364,13 @@ def test_custom_optimizers_are_compared_by_content(tmp_path, monkeypatch):
     path = tmp_path / "opt.ckpt.npz"
     opt = optax.sgd(0.2, momentum=0.5)
     gf.train_sgd(CHAIN, **KW, optimizer=opt, checkpoint=path)
-    _no_steps(monkeypatch)
+    chunks = _no_steps(monkeypatch)
     # Same kind and hyperparameters, another object: accepted (finished run).
     run = gf.train_sgd(
         CHAIN, **KW, optimizer=optax.sgd(0.2, momentum=0.5), checkpoint=path
     )
-    assert run.stats["resumed_from_step"] == 100
+    assert run.stats["resumed_from_step"] == 100 and chunks.starts == []
+    _nothing_drawn(monkeypatch)  # the others are refused before anything runs
     with pytest.raises(ValueError, match=r"decay = 0.5 there, 0.9 here"):
         gf.train_sgd(
             CHAIN, **KW, optimizer=optax.sgd(0.2, momentum=0.9), checkpoint=path
@@ -298,6 +387,8 @@ def test_custom_optimizers_are_compared_by_content(tmp_path, monkeypatch):
 
 
 def test_checkpoint_of_integrate_is_refused(tmp_path):
+    # a checkpoint of the kind a flow writes (gf.flow, gf.integrate), without
+    # the cost of compiling a flow
     path = tmp_path / "flow.ckpt.npz"
     Checkpointer(path, "integrate", {"t1": 20.0}, {}).write({"t": 1.0}, {})
     with pytest.raises(
@@ -319,17 +410,30 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, finished_checkpoint):
         gf.train_sgd(CHAIN, **KW, checkpoint=junk)
 
 
-def test_inconsistent_checkpoint_names_the_file(tmp_path, finished_checkpoint):
+def test_checkpoint_state_that_does_not_fit_is_refused(
+    tmp_path, monkeypatch, finished_checkpoint
+):
     """A checkpoint with the right fingerprint but a state that does not fit
-    the call (here: more saves than the grid has) is refused, not trusted."""
+    the call (here: a buffer of 12 saves where the grid has 11) is refused,
+    not trusted: every array of the state is checked against the state this
+    call builds, naming the array."""
     path = tmp_path / "odd.ckpt.npz"
     meta, arrays = read_npz_with_meta(finished_checkpoint, FORMAT_NAME)
-    meta["state"]["num_saved"] = 12
+    buffers = [k for k, v in arrays.items() if v.shape == (11, 4, 4)]
+    assert len(buffers) == 4  # the saved W0, W1, WQ, WK (d = m = 4)
+    key = buffers[0]
+    arrays[key] = np.concatenate([arrays[key], arrays[key][-1:]])
     np.savez(path, __gradflow__=np.array(json.dumps(meta)), **arrays)
+    chunks = _no_steps(monkeypatch)
     with pytest.raises(
-        ValueError, match=re.escape(f"checkpoint '{path}' is inconsistent")
+        ValueError,
+        match=re.escape(
+            f"the checkpoint's array '{key}' is float64[12, 4, 4], expected "
+            "float64[11, 4, 4]"
+        ),
     ):
         gf.train_sgd(CHAIN, **KW, checkpoint=path)
+    assert chunks.starts == []
 
 
 @pytest.mark.parametrize(
@@ -342,7 +446,7 @@ def test_inconsistent_checkpoint_names_the_file(tmp_path, finished_checkpoint):
     ],
 )
 def test_bad_checkpoint_arguments(monkeypatch, kwargs, error, match):
-    _no_steps(monkeypatch)
+    _nothing_drawn(monkeypatch)
     with pytest.raises(error, match=match):
         gf.train_sgd(CHAIN, **KW, **kwargs)
 
@@ -352,10 +456,10 @@ def test_failed_run_is_checkpointed_as_finished(tmp_path, monkeypatch):
     kw = dict(KW, init_scale=3.0, lr=1e200, t1=1e201, ts=None)
     run = gf.train_sgd(CHAIN, **kw, checkpoint=path)
     assert not run.ok and "non-finite" in run.message
-    _no_steps(monkeypatch)  # running it again returns the failure
+    chunks = _no_steps(monkeypatch)  # running it again returns the failure
     again = gf.train_sgd(CHAIN, **kw, checkpoint=path)
     assert not again.ok and again.message == run.message
-    assert again.stats["steps_run"] == 0
+    assert again.stats["steps_run"] == 0 and chunks.starts == []
     _assert_same_run(again, run)
 
 
@@ -394,17 +498,19 @@ def test_cli_checkpoint_resumes(tmp_path, capsys):
 
 def test_cli_ctrl_c_saves_partial_run(tmp_path, capsys, monkeypatch):
     ckpt, out = tmp_path / "run.ckpt.npz", tmp_path / "run.npz"
-    calls = _fail_at_call(monkeypatch, 30, lambda: os.kill(os.getpid(), signal.SIGINT))
+    # (the command's default save grid has a save at nearly every step, so
+    # its chunks are the same whatever their length)
+    chunks = _fail_at_call(monkeypatch, 30, lambda: os.kill(os.getpid(), signal.SIGINT))
     args = CLI + ["--checkpoint", str(ckpt), "--out", str(out)]
     assert main(args) == 130
-    done = _state(ckpt)[0]["done"]
-    assert len(calls) == 30 and 0 < done < 100
+    done = _state(ckpt, chunks.states[-1])[0]["step"]
+    assert len(chunks.starts) == 30 and 0 < done < 100
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"gradflow sgd: interrupted at step {done} of 100")
     assert f"partial run saved to {out}" in err and f"checkpoint {ckpt}" in err
     part = gf.load_sgd(out)
     assert not part.ok and "interrupted" in part.message and part.steps[-1] == done
-    monkeypatch.setattr(sgd_module, "_advance", _REAL_ADVANCE)
+    monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     assert main(args) == 0
     full = gf.load_sgd(out)
     assert full.ok and full.stats["resumed_from_step"] == done

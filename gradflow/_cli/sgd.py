@@ -294,9 +294,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"gradflow sgd: error: {e}", file=sys.stderr)
         return 2
     except gf.Interrupted as e:
-        # The message starts "interrupted at step k of n (t = ...)"; the rest
-        # speaks of Python arguments, so say the same for the command line.
-        where = [e.result.message.split(";")[0]]
+        # The message starts "gradflow.train_sgd: interrupted at step k of n
+        # (t = ...)"; the rest speaks of Python arguments, so say the same for
+        # the command line.
+        what = e.result.message.split(";")[0]
+        where = [what.removeprefix("gradflow.train_sgd: ")]
         if args.out:
             where.append(f"partial run saved to {e.result.save(Path(args.out))}")
         else:
