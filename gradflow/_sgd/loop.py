@@ -4,9 +4,10 @@ host driver shared with the flow and the sweep (`gradflow._engine.driver`).
 [`SGDState`][] holds everything a run carries between chunks: the step, the
 parameters and the optimizer's state, the iterates saved so far (a fixed
 `(S, ...)` buffer with a count), the mean mini-batch loss of each save
-interval, the partial sum since the last save and whether the run failed. A
-chunk ([`sgd_chunk`][]) takes at most `chunk` steps and never passes the next
-save step; at a save step it records the iterate, or marks the run failed if
+interval, the partial sum since the last save (in float64, step by step, so
+that it does not depend on the chunks) and whether the run failed. A chunk
+([`sgd_chunk`][]) takes at most `chunk` steps and never passes the next save
+step; at a save step it records the iterate, or marks the run failed if
 the loss or the parameters became non-finite. Step $k$ draws its batch with
 `fold_in(key, k)`, so a run is the same whatever its chunks.
 """
@@ -121,13 +122,13 @@ def sgd_chunk(
             optimizer=optimizer,
             batch_size=batch_size,
         )
-        return params, opt_state, total + loss
+        # summed step by step in float64 from the last save on: the same
+        # bits whatever the chunks (a sum per chunk would depend on them)
+        return params, opt_state, total + loss.astype(jnp.float64)
 
-    zero = jnp.zeros((), jax.tree.leaves(state.params)[0].dtype)
-    params, opt_state, chunk_sum = jax.lax.fori_loop(
-        0, n, body, (state.params, state.opt_state, zero)
+    params, opt_state, total = jax.lax.fori_loop(
+        0, n, body, (state.params, state.opt_state, state.total)
     )
-    total = state.total + chunk_sum.astype(jnp.float64)
     count = state.count + n
     step = state.step + n
     at_save = step == target
