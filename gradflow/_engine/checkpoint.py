@@ -188,6 +188,20 @@ class Checkpointer:
             )
         return meta["state"], arrays
 
+    def restore(self, prefix: str, like):
+        """The state this checkpoint holds (written with `pack_tree(prefix,
+        ...)`), in the structure of `like`, as NumPy arrays; a `ValueError`
+        naming the file if its arrays do not fit."""
+        if self.state is None:
+            raise ValueError(f"checkpoint '{self.path}' holds no state yet")
+        try:
+            return unpack_tree(prefix, self.state[1], like)
+        except ValueError as e:
+            raise ValueError(
+                f"checkpoint '{self.path}' does not fit this call: {e}; delete it "
+                "to start afresh"
+            ) from None
+
     def differences(self, other: dict) -> list[str]:
         """What differs between this call's fingerprint and `other`, in words."""
         mine = self.fingerprint

@@ -33,7 +33,6 @@ from .loop import (
     init_state,
     make_controller,
     padded_save_times,
-    unpack_state,
 )
 from .observe import Observer, save_point
 from .problem import Problem
@@ -201,8 +200,8 @@ def solve(
     )
     resumed_from = None
     if checkpoint is not None and checkpoint.state is not None:
-        meta, arrays = checkpoint.state
-        state = unpack_state(arrays, state)
+        meta = checkpoint.state[0]
+        state = jax.tree.map(jnp.asarray, checkpoint.restore("state", state))
         job.records = [EventRecord.from_dict(r) for r in meta["events"]]
         resumed_from = float(state.t)
     driven = drive(

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
-from .checkpoint import pack_tree, unpack_tree
+from .checkpoint import pack_tree
 from .driver import Job
 from .resume import ResumableController, next_step
 from .watch import WatchState, empty_buffer
@@ -338,11 +338,6 @@ def pack_state(state: LoopState) -> dict[str, np.ndarray]:
     return pack_tree("state", state)
 
 
-def unpack_state(arrays: dict, like: LoopState) -> LoopState:
-    """The inverse of [`pack_state`][], given a state of the same structure."""
-    return jax.tree.map(jnp.asarray, unpack_tree("state", arrays, like))
-
-
 __all__ = [
     "padded_save_times",
     "save_buffer_size",
@@ -358,5 +353,4 @@ __all__ = [
     "pack_state",
     "read_buffer",
     "run_chunk",
-    "unpack_state",
 ]

@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._core.records import EventRecord
-from .checkpoint import Checkpointer, pack_tree, unpack_tree
+from .checkpoint import Checkpointer, pack_tree
 from .driver import Job
 from .flow import event_record
 from .loop import Crossing, init_state, padded_save_times, run_chunk
@@ -214,8 +214,8 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     records: list[list[EventRecord]] = [[] for _ in range(n)]
     resumed_from = None
     if ckpt is not None and ckpt.state is not None:
-        meta, arrays = ckpt.state
-        host_state = unpack_tree("state", arrays, host_state)
+        meta = ckpt.state[0]
+        host_state = ckpt.restore("state", host_state)
         records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
         resumed_from = [float(t) for t in np.asarray(host_state.t)]
 

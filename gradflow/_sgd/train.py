@@ -32,7 +32,6 @@ from .._engine.checkpoint import (
     Checkpointer,
     check_every,
     check_path,
-    unpack_tree,
 )
 from .._engine.driver import drive, interrupted, interrupted_message
 from .._engine.problem import Problem
@@ -365,14 +364,22 @@ def _scale(problem: Problem, first_loss: float) -> float:
 def _train(setup: _Setup, progress: bool) -> SGDRun:
     """Runs (or resumes, or returns a finished checkpoint's) training."""
     s, ckpt = setup.settings, setup.ckpt
-    source = _source(setup, s["num_sequences"])
-    first = _first_batch_loss(source, setup.params0, setup.step_key, s["batch_size"])
-    state = init_sgd_state(setup.params0, setup.opt_state, setup.steps.size, first)
-    resumed = None
+    resumed, source = None, None
     if ckpt is not None and ckpt.state is not None:
-        _, arrays = ckpt.state
-        state = jax.tree.map(jnp.asarray, unpack_tree("state", arrays, state))
+        like = init_sgd_state(setup.params0, setup.opt_state, setup.steps.size, 0.0)
+        state = jax.tree.map(jnp.asarray, ckpt.restore("state", like))
         resumed = int(state.step)
+    else:
+        source = _source(setup, s["num_sequences"])
+        first = _first_batch_loss(
+            source, setup.params0, setup.step_key, s["batch_size"]
+        )
+        state = init_sgd_state(setup.params0, setup.opt_state, setup.steps.size, first)
+    if source is None:
+        # the data are drawn only for a run that has steps to take (a
+        # finished checkpoint returns its result at once)
+        running = int(state.num_saved) < setup.steps.size and not bool(state.failed)
+        source = _source(setup, s["num_sequences"]) if running else setup.problem_dt
     job = SGDJob(
         setup.steps,
         setup.step_key,
