@@ -1,4 +1,4 @@
-"""The save buffer of bucketed length (`gradflow/_loop.py`: `save_buffer_size`).
+"""The save buffer of bucketed length (`gradflow/_engine/loop.py`: `save_buffer_size`).
 
 1. Compilation, in one process: a solve with 301 save times, then one with
    300 (the same bucket, 384) and one with 801 (bucket 1024), each on
@@ -42,13 +42,16 @@ def compilation() -> None:
     acc = _compile_seconds()
     import gradflow as gf
 
+    # not public: the engine's bucket sizes, printed beside the compilations
+    from gradflow._engine.loop import save_buffer_size
+
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     for n in (301, 300, 801):
         acc.clear()
         ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, n - 1)])
         gf.integrate(chain, 1e-3, width=8, t1=200.0, ts=ts, progress=False)
         print(
-            f"{n:4d} saves (buffer {gf._loop.save_buffer_size(n):4d}): "
+            f"{n:4d} saves (buffer {save_buffer_size(n):4d}): "
             f"{acc['count']:3d} compilations, {acc['seconds']:6.2f} s of XLA time"
         )
 

@@ -22,9 +22,9 @@ import numpy as np
 import optax
 
 import gradflow as gf
-from gradflow._sgd import sgd_step
-from gradflow._sgd_loss import batch_loss
-from gradflow._sgd_samplers import ChainSampler
+
+# not public: one step alone is timed (gf.train_sgd runs it inside its chunks)
+from gradflow._sgd.loop import sgd_step
 
 
 def timeit(fn, reps):
@@ -50,19 +50,18 @@ def main():
     d, m, s, b = 8, 12, 256, 512
     chain = jax.tree.map(lambda x: x.astype(dtype), gf.chains.random(d, seed=0))
     params = gf.init_params(d, m, 0.1, 0, dtype=dtype)
-    sampler = ChainSampler(chain, s)
+    # The source train_sgd draws from: sequences of s + 1 tokens of the chain.
+    problem = gf.problems.MarkovAttention(chain, width=m, context=s)
     opt = optax.sgd(0.2)
     state = opt.init(params)
     key = jax.random.key(0)
 
     step = eqx.filter_jit(
-        lambda p, st, k: sgd_step(
-            p, st, k, sampler=sampler, optimizer=opt, batch_size=b
-        )
+        lambda p, st, k: sgd_step(p, st, k, source=problem, optimizer=opt, batch_size=b)
     )
-    sample = jax.jit(lambda k: sampler(k, b))
+    sample = eqx.filter_jit(lambda k: problem.sample(k, b))
     batch = sample(key)
-    grad_counted = jax.jit(jax.grad(batch_loss))
+    grad_counted = eqx.filter_jit(jax.grad(problem.sample_loss))
     grad_positions = jax.jit(jax.grad(gf.finite_context_loss))
 
     results = {

@@ -41,12 +41,9 @@ import numpy as np  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import gradflow as gf  # noqa: E402
-from gradflow._integrate import (  # noqa: E402
-    GradientFlow,
-    _count_grad_evals,
-    _count_hvps,
-    default_tolerances,
-)
+
+# not public: the plain-Diffrax rows count their work as a Trajectory's stats do
+from gradflow._engine.solving import count_grad_evals, count_hvps  # noqa: E402
 
 
 # -- scenarios ------------------------------------------------------------------
@@ -128,32 +125,28 @@ def crossing_times(ts: np.ndarray, loss: np.ndarray, levels) -> list[float]:
     return out
 
 
-def save_times(t1: float, num: int) -> np.ndarray:
-    return np.concatenate([[0.0], np.geomspace(t1 * 1e-5, t1, num - 1)])
-
-
 # -- runners --------------------------------------------------------------------
 
 
 def _observe(t, y, args):
     del t
-    return gf.population_loss(y, args)
+    return args.loss(y)
 
 
 @eqx.filter_jit
-def _diffrax_solve(solver, controller, dt0, params0, chain, t1, ts, max_steps):
+def _diffrax_solve(solver, controller, dt0, params0, problem, t1, ts, max_steps):
     saveat = dfx.SaveAt(
         subs=[dfx.SubSaveAt(ts=ts, fn=_observe), dfx.SubSaveAt(t1=True)],
         solver_state=True,
     )
     return dfx.diffeqsolve(
-        dfx.ODETerm(GradientFlow()),
+        dfx.ODETerm(gf.GradientFlow()),
         solver,
         0.0,
         t1,
         dt0,
         params0,
-        args=chain,
+        args=problem,
         saveat=saveat,
         stepsize_controller=controller,
         max_steps=max_steps,
@@ -229,7 +222,7 @@ class Candidate:
                 controller,
                 dt0,
                 params0,
-                chain,
+                gf.problems.MarkovAttention(chain, width=sc["width"]),
                 jnp.asarray(t1),
                 jnp.asarray(ts),
                 self.max_steps,
@@ -243,10 +236,10 @@ class Candidate:
                 final=jax.tree.map(lambda x: np.asarray(x)[0], sol.ys[1]),
                 steps=stats["num_steps"],
                 rejected=stats["num_rejected_steps"],
-                grads=_count_grad_evals(self.solver, stats, sol.solver_state)
+                grads=count_grad_evals(self.solver, stats, sol.solver_state)
                 if self.dt is None
                 else stats["num_steps"],
-                hvps=_count_hvps(self.solver, sol.solver_state),
+                hvps=count_hvps(self.solver, sol.solver_state),
                 ok=bool(sol.result == dfx.RESULTS.successful),
             )
         if self.kind == "scipy":
@@ -556,7 +549,7 @@ def candidates(sc, quick: bool):
 
 
 def table(sc, quick, repeats, cache, num_saves=2000):
-    ts = save_times(sc["t1"], num_saves)
+    ts = gf.default_save_times(sc["t1"], num_saves)
     loss_ref, final_ref = reference(sc, ts, cache)
     levels = drop_levels(loss_ref, ts)
     t_ref = crossing_times(ts, loss_ref, levels)
@@ -566,7 +559,7 @@ def table(sc, quick, repeats, cache, num_saves=2000):
     warm_t1 = sc["t1"] * 1e-3
     for c in rows:  # compile on a short run (same shapes, traced t1)
         if c.kind != "scipy":
-            c.run(sc, save_times(warm_t1, num_saves), t1=warm_t1)
+            c.run(sc, gf.default_save_times(warm_t1, num_saves), t1=warm_t1)
     # Interleaved timed runs; slow baselines (Tsit5, Euler, SciPy) run once.
     for r in range(repeats):
         for c in rows:
@@ -666,7 +659,7 @@ def main(argv=None):
         f"gradflow {gf.__version__}, jax {jax.__version__}, "
         f"{jax.devices()[0].platform}, OPENBLAS_NUM_THREADS="
         f"{os.environ.get('OPENBLAS_NUM_THREADS')}, default tolerances float64 "
-        f"at scale 1e-3: {default_tolerances(jnp.float64, 1e-3)}"
+        f"at scale 1e-3: {gf.default_tolerances(jnp.float64, 1e-3)}"
     )
     for name in names:
         if name == "full":

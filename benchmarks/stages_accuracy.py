@@ -227,7 +227,9 @@ def default_scenario(results) -> bool:
 
 def calibrate(entries, step=STAGES_STEP):
     """The measurements behind each threshold (docs/stages.md), per family."""
-    from gradflow._stages import _Curves, _focus_episodes, _plateaus
+    # not public: the calibration reads the detector's intermediate curves
+    from gradflow._engine.stages import plateau_intervals
+    from gradflow.problems._markov.stages import _curves, _focus_episodes
 
     th = gf.StageThresholds()
     rows = {}
@@ -237,7 +239,7 @@ def calibrate(entries, step=STAGES_STEP):
         ts = np.asarray(traj.ts)[idx]
         params = jax.tree.map(lambda x, i=idx: np.asarray(x)[i], traj.params)
         obs = gf.observe_params(ts, params, traj.chain)
-        c = _Curves(ts, obs, traj.chain, th.rate_window)
+        c = _curves(ts, obs, traj.chain, th.rate_window)
         R = rows.setdefault(
             e["family"],
             {
@@ -257,7 +259,7 @@ def calibrate(entries, step=STAGES_STEP):
             },
         )
         s = c.obs["speed"]
-        plateaus, _ = _plateaus(c, th)
+        plateaus, _ = plateau_intervals(c, s, th)
         bounds = [(a[0], (b[0] if b else len(ts) - 1)) for a, b in plateaus]
         for a, b in bounds:
             R["plateau_min_speed"].append(s[a + 1 : b + 1].min() if b > a else s[a])

@@ -36,6 +36,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Modules that main's text code imports (relatively) and that the engine
+# refactor moved: old name -> today's module.
+MOVED_MODULES = {
+    "gradflow._chain": "gradflow.problems._markov.chain",
+    "gradflow._errors": "gradflow._core.errors",
+}
+
 
 def make_corpus(path: Path, n_bytes: int, seed: int = 0, exponent: float = 1.1):
     """Writes about `n_bytes` of Zipf-resampled built-in words to `path`."""
@@ -78,6 +85,7 @@ def _git(*args: str) -> str:
 def _import_main_text(ref: str = "main"):
     """Main's text code as the module `gradflow._text_main`: the package
     `gradflow/text/`, or the module `gradflow/_text.py` it was split from."""
+    import importlib
     import importlib.util
     import shutil
 
@@ -95,6 +103,11 @@ def _import_main_text(ref: str = "main"):
     else:
         file, search = folder / "_text_main.py", None
         file.write_text(_git("show", f"{ref}:gradflow/_text.py"))
+    # Main's code may predate the engine refactor: its relative imports then
+    # name modules that moved; point those names at where the code lives now.
+    for name, moved in MOVED_MODULES.items():
+        if importlib.util.find_spec(name) is None:
+            sys.modules[name] = importlib.import_module(moved)
     spec = importlib.util.spec_from_file_location(
         "gradflow._text_main", file, submodule_search_locations=search
     )

@@ -58,6 +58,14 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
         ],
     ),
     (
+        "problems",
+        "Problems",
+        "Any population loss as a problem, and its gradient flow: the protocol "
+        "a problem implements, `gf.flow`, and the built-in problems "
+        "(`gf.integrate` is `gf.flow` of the paper's model).",
+        ["Problem", "flow", "problems"],
+    ),
+    (
         "stages",
         "Stages, events and diagnostics",
         "Saddles located during the solve, the stages found on the saved "
@@ -116,17 +124,54 @@ EXTRA_MODULES: list[tuple[str, str, str]] = [
 OTHER = ("other", "Other names", "Public names that no page above lists yet.")
 
 
-def _entry(qualname: str, obj) -> str:
+def _entry(qualname: str, obj, public: list) -> str:
     """The mkdocstrings directive of one name."""
     if isinstance(obj, types.ModuleType):
         return (
             f"::: {qualname}\n"
             "    options:\n"
             "      show_root_heading: true\n"
-            "      members: true\n"
+            f"      members: {_module_members(obj, public)}\n"
             "      heading_level: 2\n"
         )
+    inherited = _inherited(obj, public) if isinstance(obj, type) else []
+    if inherited:
+        return (
+            f"::: {qualname}\n"
+            "    options:\n"
+            f"      inherited_members: [{', '.join(inherited)}]\n"
+        )
     return f"::: {qualname}\n"
+
+
+def _module_members(module: types.ModuleType, public: list) -> str:
+    """The members of a public module's entry: all of them, except, for a
+    module with `__all__`, the names that gradflow exports itself
+    (`gf.problems.Problem` is `gf.Problem`: documented once, at the top
+    level)."""
+    names = getattr(module, "__all__", None)
+    if names is None:
+        return "true"
+    own = [n for n in names if not any(getattr(module, n) is obj for obj in public)]
+    if len(own) == len(names):
+        return "true"
+    return f"[{', '.join(own)}]" if own else "false"
+
+
+def _inherited(cls: type, public: list) -> list[str]:
+    """The public members `cls` inherits from gradflow's own private bases
+    (`traj.save` is `AbstractResult.save`): shown in its entry, since no entry
+    of those bases exists. Members of public bases are documented there."""
+    out: list[str] = []
+    for base in cls.__mro__[1:]:
+        if not base.__module__.startswith("gradflow") or any(
+            base is obj for obj in public
+        ):
+            continue
+        for name in vars(base):
+            if not name.startswith("_") and name not in vars(cls) and name not in out:
+                out.append(name)
+    return out
 
 
 def api_pages(module) -> list[tuple[str, str, str]]:
@@ -136,6 +181,7 @@ def api_pages(module) -> list[tuple[str, str, str]]:
     docstring, linked to its entry.
     """
     public = list(module.__all__)
+    objects = [getattr(module, n) for n in public]
     placed: set[str] = set()
     pages: list[tuple[str, str, str, list[str]]] = []
     for stem, title, intro, names in GROUPS:
@@ -165,7 +211,7 @@ def api_pages(module) -> list[tuple[str, str, str]]:
         ]
         for name in names:
             obj = getattr(module, name)
-            body.append(_entry(f"gradflow.{name}", obj))
+            body.append(_entry(f"gradflow.{name}", obj, objects))
             index.append(f"| [`gradflow.{name}`][] | {_summary(obj)} |")
         index.append("")
         out.append((f"api/{stem}.md", title, "\n".join(body)))

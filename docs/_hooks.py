@@ -6,9 +6,11 @@
   (`docs/_execute_notebook.py`) and its executed copy is rendered.
 - MathJax is served from the site itself (copied from the
   `jupyter-server-mathjax` package), so formulas render without a CDN.
-- After the build, every public name must have an anchor in the API pages and
-  every figure in `docs/figures/` must appear on the Figures page; otherwise a
-  warning is logged, which `mkdocs build --strict` turns into a failure.
+- After the build, every public name (and every name of a public module's
+  `__all__`, such as `gradflow.problems.MarkovAttention`) must have an anchor
+  in the API pages and every figure in `docs/figures/` must appear on the
+  Figures page; otherwise a warning is logged, which `mkdocs build --strict`
+  turns into a failure.
 """
 
 import importlib.util
@@ -101,6 +103,23 @@ def on_files(files, config, **kwargs):
     return files
 
 
+def _module_names(gradflow):
+    """`(module, name, top)` for every name of a public module's `__all__`
+    (`gf.problems.MarkovAttention`); `top` when gradflow exports the same
+    object itself (its entry is then the top-level one, `gf.Problem`)."""
+    import types
+
+    out = []
+    for module in gradflow.__all__:
+        obj = getattr(gradflow, module)
+        if not isinstance(obj, types.ModuleType):
+            continue
+        for name in getattr(obj, "__all__", ()):
+            top = getattr(gradflow, name, None) is getattr(obj, name)
+            out.append((module, name, top and name in gradflow.__all__))
+    return out
+
+
 def on_post_build(config, **kwargs):
     """Checks that every public name has an entry and every figure a place."""
     import gradflow
@@ -108,6 +127,12 @@ def on_post_build(config, **kwargs):
     site = Path(config["site_dir"])
     html = "".join(p.read_text() for p in (site / "api").rglob("*.html"))
     missing = [n for n in gradflow.__all__ if f'id="gradflow.{n}"' not in html]
+    missing += [
+        f"{module}.{name}"
+        for module, name, top in _module_names(gradflow)
+        if f'id="gradflow.{module}.{name}"' not in html
+        and not (top and f'id="gradflow.{name}"' in html)
+    ]
     if missing:
         log.warning(f"public names without an API entry: {', '.join(missing)}")
     gallery = (DOCS / "figures.md").read_text()

@@ -15,7 +15,9 @@ import numpy as np
 
 import gradflow as gf
 from gradflow import plot
-from gradflow._cli_run import format_stage_table
+
+# not public: the stage table that `gradflow run` prints
+from gradflow._cli.run import format_stage_table
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

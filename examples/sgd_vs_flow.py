@@ -33,9 +33,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import gradflow as gf  # noqa: E402
-from gradflow._attention import attention_weights  # noqa: E402
-from gradflow._sgd_loss import context_counts  # noqa: E402
-from gradflow._sgd_samplers import ChainSampler  # noqa: E402
+
+# not public: gf.compare's crossing time, the model's count-based attention (below)
+from gradflow._sgd.compare import crossing_time  # noqa: E402
+from gradflow.problems._markov.attention import attention_weights  # noqa: E402
+from gradflow.problems._markov.losses import context_counts  # noqa: E402
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
@@ -110,8 +112,6 @@ def diagnose(out: Path, t1: float):
     for kw in configs:
         traj, run, cmp = flow_and_sgd(chain, t1, **kw)
         lv = 0.5 * (float(chain.unigram_entropy) + 1.3)  # halfway down the 2nd drop
-        from gradflow._compare import crossing_time
-
         row = dict(kw, **{k: v for k, v in cmp.summary().items() if "gap" in k})
         row["second_drop_flow_t"] = crossing_time(cmp.ts, cmp.flow_loss, lv)
         row["second_drop_sgd_t"] = crossing_time(cmp.ts, cmp.sgd_loss, lv)
@@ -181,10 +181,11 @@ def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
     g = jax.nn.logsumexp(Z, axis=0) - jnp.sum(chain.P.T * Z, axis=0)
     out = []
     for s in contexts:
-        sampler = ChainSampler(chain, s)
+        # what train_sgd draws: sequences of s + 1 tokens of the chain
+        problem = gf.problems.MarkovAttention(chain, context=s)
 
-        def f(k, sampler=sampler):
-            batch = sampler(k, 10_000)
+        def f(k, problem=problem):
+            batch = problem.sample(k, 10_000)
             return expected_finite_loss(params, chain, batch) - g[batch[:, -2]]
 
         f = jax.jit(f)

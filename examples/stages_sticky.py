@@ -11,7 +11,9 @@ from pathlib import Path
 
 import gradflow as gf
 from gradflow import plot
-from gradflow._cli_run import STAGE_FIELDS, format_stage_table, write_csv
+
+# not public: the stage table and CSV columns that `gradflow run` writes
+from gradflow._cli.run import STAGE_FIELDS, format_stage_table, write_csv
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

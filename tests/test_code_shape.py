@@ -19,9 +19,9 @@ MAX_POSITIONAL = 5
 
 EXPECTED: set[tuple[str, str, str]] = {
     # Methods whose signatures Diffrax fixes (controller, solver).
-    ("_resume.py", "init", "positional"),
-    ("_resume.py", "adapt_step_size", "positional"),
-    ("_watch.py", "step", "positional"),
+    ("_engine/resume.py", "init", "positional"),
+    ("_engine/resume.py", "adapt_step_size", "positional"),
+    ("_engine/watch.py", "step", "positional"),
     ("solvers/base.py", "step", "positional"),
 }
 

@@ -85,6 +85,18 @@ def test_a_name_no_group_lists_still_gets_a_page():
     assert "[`gradflow.brand_new`][]" in pages[0][2]  # listed in the index
 
 
+def test_problems_have_their_page_and_each_object_one_entry():
+    pages = {path: md for path, _, md in _load("_api_pages").api_pages(gf)}
+    problems = pages["api/problems.md"]
+    for name in ("Problem", "flow", "problems"):
+        assert f"::: gradflow.{name}\n" in problems
+    # gf.problems.Problem is gf.Problem: only MarkovAttention under the module
+    assert "      members: [MarkovAttention]\n" in problems
+    # what a result inherits from its private base is in its own entry
+    entry = pages["api/flow.md"].split("::: gradflow.Trajectory\n")[1].split(":::")[0]
+    assert "inherited_members: [" in entry and " save" in entry
+
+
 def test_notebook_is_committed_without_outputs():
     nb = json.loads((ROOT / "examples" / "tutorial.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]

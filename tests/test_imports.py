@@ -4,10 +4,15 @@ imported, so this runs in well under a second).
 - No import cycle among the modules of `gradflow/`. Every import counts,
   also one inside a function: a lazy import hides a cycle, it does not remove
   it.
-- No private name (`_x`) imported from a sibling module, except from the small
-  foundations at the bottom of the package (validators, error-message helpers,
-  type aliases and names). A private name used by another module is a sign
-  that the concept lives in the wrong module.
+- No private name (`_x`) imported from a sibling module, except from the
+  foundations at the bottom of the package (`gradflow._core`: validators,
+  error-message helpers, type aliases, files, records). A private name used by
+  another module is a sign that the concept lives in the wrong module.
+- Imports point down the layers: the foundations (`gradflow._core`) import
+  nothing else of gradflow, and the engine (`gradflow._engine`, with
+  `gradflow.solvers`) never imports a problem, the theory, SGD, text, the CLI
+  or the figures.
+- No module is longer than `MAX_MODULE_LINES` lines.
 
 `EXPECTED_CYCLE_EDGES` and `EXPECTED_PRIVATE` list what is known and not yet
 fixed (in modules under redesign). Both tests also fail when a listed entry no
@@ -22,11 +27,26 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gradflow"
 
-# Modules that any other may import private names from (none needs to today:
-# their names are public).
-FOUNDATIONS = frozenset(
-    {"gradflow._custom_types", "gradflow._errors", "gradflow._validate"}
+# The foundations (this package and its modules): any module may import their
+# private names (none needs to today: their names are public), and they import
+# nothing else of gradflow.
+FOUNDATIONS = "gradflow._core"
+
+# The lower layers (the engine and its solvers, never importing a problem) and
+# what they must not import (module prefixes: each also covers its submodules).
+LOWER_LAYERS = ("gradflow._engine", "gradflow.solvers", FOUNDATIONS)
+HIGHER_LAYERS = (
+    "gradflow.problems",
+    "gradflow.theory",
+    "gradflow._sgd",
+    "gradflow.text",
+    "gradflow._cli",
+    "gradflow.plot",
+    "gradflow.chains",
+    "gradflow.cli",
 )
+
+MAX_MODULE_LINES = 800
 
 # Imports known to close a cycle, as (importing module, imported module). The
 # graph without them must be acyclic, and each must still close a cycle.
@@ -83,12 +103,43 @@ def _imports(modules):
                     if (
                         alias.name.startswith("_")
                         and not alias.name.startswith("__")
-                        and source not in FOUNDATIONS
+                        and not _under(source, FOUNDATIONS)
                     ):
                         private.add((name, source, alias.name))
     for targets in edges.values():
         targets &= set(modules)
     return edges, private
+
+
+def _under(module: str, prefix: str) -> bool:
+    """Whether `module` is the module or package `prefix` or lies under it."""
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _layer_violations(edges) -> list[str]:
+    """Imports that point up the layers: a lower layer importing a higher one
+    (or the package itself, whose `__init__` imports every layer), or a
+    foundation importing any gradflow module outside the foundations."""
+    out = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            if any(_under(a, low) for low in LOWER_LAYERS) and (
+                b == "gradflow" or any(_under(b, high) for high in HIGHER_LAYERS)
+            ):
+                out.append(f"{a} imports {b} (a higher layer)")
+            elif _under(a, FOUNDATIONS) and not _under(b, FOUNDATIONS):
+                out.append(f"{a} imports {b} (a foundation imports only foundations)")
+    return out
+
+
+def _long_modules(package: Path = PACKAGE) -> dict[str, int]:
+    """The modules of more than `MAX_MODULE_LINES` lines, with their lengths."""
+    out = {}
+    for name, (path, _) in _modules(package).items():
+        n = len(path.read_text().splitlines())
+        if n > MAX_MODULE_LINES:
+            out[name] = n
+    return out
 
 
 def _cycles(edges) -> set[frozenset[str]]:
@@ -156,12 +207,50 @@ def test_the_checker_sees_cycles_and_private_names(tmp_path):
     fake = tmp_path / "gradflow"
     fake.mkdir()
     (fake / "__init__.py").write_text("from ._a import f as f\n")
-    (fake / "_a.py").write_text("from ._b import _g\nfrom ._errors import _h\n")
+    (fake / "_a.py").write_text("from ._b import _g\nfrom ._core.errors import _h\n")
     (fake / "_b.py").write_text("def _g():\n    from ._a import f\n")
-    (fake / "_errors.py").write_text("_h = 1\n")
+    (fake / "_core").mkdir()
+    (fake / "_core" / "__init__.py").write_text("")
+    (fake / "_core" / "errors.py").write_text("_h = 1\n")
     edges, private = _imports(_modules(fake))
     assert _cycles(edges) == {frozenset({"gradflow._a", "gradflow._b"})}
     assert private == {("gradflow._a", "gradflow._b", "_g")}
+    assert _layer_violations(edges) == []
+
+
+def test_the_checker_sees_imports_up_the_layers(tmp_path):
+    """The layering check on a made-up package: the engine importing a
+    problem (lazily) or the package itself, and a foundation importing the
+    engine, are found; the engine importing a foundation, and a problem
+    importing the engine, are not. A long module is found."""
+    fake = tmp_path / "gradflow"
+    for sub in ("_core", "_engine", "problems", "problems/_markov"):
+        (fake / sub).mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "_core" / "__init__.py").write_text("")
+    (fake / "_core" / "errors.py").write_text("from .._engine import flow\n")
+    (fake / "_core" / "files.py").write_text("from .errors import show\n")
+    (fake / "_engine" / "__init__.py").write_text("from .. import __version__\n")
+    (fake / "_engine" / "flow.py").write_text(
+        "from .._core.errors import show\n"
+        "def f():\n    from ..problems._markov import chain\n"
+    )
+    (fake / "problems" / "__init__.py").write_text("from .._engine.flow import f\n")
+    (fake / "problems" / "_markov" / "__init__.py").write_text("")
+    (fake / "problems" / "_markov" / "chain.py").write_text(
+        "x = 1\n" * (MAX_MODULE_LINES + 1)
+    )
+    edges, _ = _imports(_modules(fake))
+    assert _layer_violations(edges) == [
+        "gradflow._core.errors imports gradflow._engine.flow "
+        "(a foundation imports only foundations)",
+        "gradflow._engine imports gradflow (a higher layer)",
+        "gradflow._engine.flow imports gradflow.problems._markov.chain "
+        "(a higher layer)",
+    ]
+    assert _long_modules(fake) == {
+        "gradflow.problems._markov.chain": MAX_MODULE_LINES + 1
+    }
 
 
 def _reaches(edges, source: str, target: str) -> bool:
@@ -202,5 +291,20 @@ def test_no_private_name_from_a_sibling(graph):
     message = [f"{a} imports private {n!r} from {b}" for a, b, n in new] + [
         f"listed in EXPECTED_PRIVATE but no longer imported: {x} (delete it)"
         for x in gone
+    ]
+    assert not message, "\n".join(message)
+
+
+def test_engine_imports_no_higher_layer(graph):
+    edges, _ = graph
+    message = _layer_violations(edges)
+    assert not message, "\n".join(message)
+
+
+def test_no_module_is_over_800_lines():
+    long = _long_modules()
+    message = [
+        f"{name}: {n} lines (at most {MAX_MODULE_LINES})"
+        for name, n in sorted(long.items())
     ]
     assert not message, "\n".join(message)

@@ -231,8 +231,8 @@ class Problem(eqx.Module):
         every saved point (`extras`, in the dtype of the saves) and the
         generic stages on them (`plateau`, `drop`, `rank`; see
         `gradflow._engine.stages`). `loss_scale` is the flow's $\\ell$
-        ([`loss_scale`][]). Called on the problem as given (not cast to the
-        solve's dtype)."""
+        ([`loss_scale`][gradflow.Problem.loss_scale]). Called on the problem
+        as given (not cast to the solve's dtype)."""
         extras = observe_saves(self.astype(params_dtype(params)), ts, params)
         stages = generic_stages(
             ts, loss, extras, loss_scale=loss_scale, thresholds=thresholds
