@@ -284,7 +284,7 @@ def plateau_intervals(
 # -- the generic stages ---------------------------------------------------------
 
 
-def _stage(c: Curves, loss, name: str, cycle: int, a: Point, b: Point | None, **extra):
+def _stage(c: Curves, loss, name: str, *, cycle: int, a: Point, b: Point | None):
     last = (c.ts.shape[0] - 1, 0.0)
     end = last if b is None else b
     return Stage(
@@ -295,7 +295,6 @@ def _stage(c: Curves, loss, name: str, cycle: int, a: Point, b: Point | None, **
         loss_start=c.at(loss, *a),
         loss_end=c.at(loss, *end),
         complete=b is not None,
-        **extra,
     )
 
 
@@ -361,11 +360,11 @@ def generic_stages(
     plateaus = [((0, 0.0), first_escape)] + later
     out = []
     for k, (a, b) in enumerate(plateaus, start=1):
-        out.append(_stage(c, loss, "plateau", k, a, b))
+        out.append(_stage(c, loss, "plateau", cycle=k, a=a, b=b))
         if b is None:
             break
         nxt = plateaus[k][0] if k < len(plateaus) else None
-        out.append(_stage(c, loss, "drop", k, b, nxt))
+        out.append(_stage(c, loss, "drop", cycle=k, a=b, b=nxt))
     starts = [s.t_start for s in out]
     for key, value in observations.items():
         if key.startswith("sv") and np.ndim(value) == 2:

@@ -257,7 +257,7 @@ class _Plan:
     checkpoint_every: float
 
 
-def _prepare_members(problems, axes, params, labels, solo: dict, watch: dict):
+def _prepare_members(problems, axes, params, labels, *, solo: dict, watch: dict):
     """`(setups, observers, members)`: every member prepared as a solo flow
     (the shared arguments are checked by the first one, before any member is
     drawn)."""
@@ -306,7 +306,7 @@ def _plan(
         batch_size = check_integer("batch_size", batch_size, least=1)
     watch = dict(stages=stages, thresholds=thresholds, events=events)
     setups, observers, members = _prepare_members(
-        problems, axes, params, labels, solo, watch
+        problems, axes, params, labels, solo=solo, watch=watch
     )
     per_device = -(-len(setups) // len(devices))
     if batch_size is None:
