@@ -33,7 +33,10 @@ def scaled_normal(key, shape: tuple[int, ...], scale: float, dtype) -> jax.Array
     """`scale * jax.random.normal(key, shape, dtype=dtype)`, bit for bit, with
     one compilation per power-of-two size instead of one per shape."""
     partitionable = jax.config.jax_threefry_partitionable  # pyright: ignore[reportAttributeAccessIssue]
-    if not partitionable:  # no prefix property: the direct draw
+    # The direct draw where there is no prefix property, and under a trace
+    # (`jax.eval_shape` of a problem's `init`, `jit`, `vmap`), where the host
+    # cannot slice the flat draw: the same numbers.
+    if not partitionable or isinstance(key, jax.core.Tracer):
         return scale * jax.random.normal(key, shape, dtype=dtype)
     n = math.prod(shape)
     size = max(_MIN_DRAW, 1 << max(n - 1, 0).bit_length())

@@ -137,7 +137,8 @@ def sgd_chunk(
     saved = jax.tree.map(
         lambda buf, x: jnp.where(save, buf.at[i].set(x), buf), state.saved, params
     )
-    train = jnp.where(save, state.train.at[i].set(total / count), state.train)
+    mean = total / count.astype(total.dtype)
+    train = jnp.where(save, state.train.at[i].set(mean), state.train)
     return SGDState(
         step=step,
         params=params,
