@@ -43,19 +43,36 @@ import pytest
 
 import gradflow as gf
 
+# The result-file format version this gradflow writes and reads up to has no
+# public name: the "newer file" case writes the next one.
+from gradflow._engine.result import FORMAT_VERSION
 
-FORMAT_VERSION = gf._trajectory.FORMAT_VERSION
+
 _COMPILE_EVENT_PREFIX = "/jax/core/compile/"
-# Compiled entry points that no bad call may reach: (module, attribute).
+# Compiled entry points that no bad call may reach: (module, attribute), each
+# patched where it is looked up. They have no public names: the tripwires
+# replace gradflow's own internals.
 _TRIPWIRES = (
-    ("gradflow._loop", "run_chunk"),
-    ("gradflow._loop", "init_state"),
-    ("gradflow._integrate", "init_state"),
-    ("gradflow._integrate", "drive"),
-    ("gradflow._sgd", "_advance"),
-    ("gradflow._sgd", "_first_batch_loss"),
-    ("gradflow._sgd", "_draw"),
-    ("gradflow._sgd", "population_observables"),
+    # the flow: its pure chunk function and first state, the host driver
+    ("gradflow._engine.loop", "run_chunk"),
+    ("gradflow._engine.loop", "init_state"),
+    ("gradflow._engine.flow", "init_state"),
+    ("gradflow._engine.flow", "drive"),
+    # SGD: its pure chunk function, the first batch, the data drawn up front,
+    # the population loss at the saves
+    ("gradflow._sgd.loop", "sgd_chunk"),
+    ("gradflow._sgd.train", "_first_batch_loss"),
+    ("gradflow._sgd.train", "_draw"),
+    ("gradflow._sgd.train", "population_observables"),
+    ("gradflow._sgd.train", "drive"),
+    # a sweep's batched chunks and first states, its driver; the solve of
+    # gf.solve_with_events
+    ("gradflow._engine.sweep_batch", "run_chunk"),
+    ("gradflow._engine.sweep_batch", "init_state"),
+    ("gradflow._engine.sweep", "drive"),
+    ("gradflow._engine.events", "init_state"),
+    ("gradflow._engine.events", "drive"),
+    # the theory: its compiled gradient, the Newton refinement
     ("gradflow.theory._linearize", "flat_grad"),
     ("gradflow.theory._critical", "flat_grad"),
     ("gradflow.theory._critical", "refine_critical_point"),
@@ -155,7 +172,7 @@ def make_files(folder) -> types.SimpleNamespace:
         grad_norm=traj.grad_norm,
         train_loss=traj.loss,
         params=traj.params,
-        chain=traj.chain,
+        problem=traj.problem,
         settings={},
         stats={},
     )
@@ -530,7 +547,7 @@ CASES = [
         "integrate-params-tuple",
         lambda f: _integrate(init_scale=None, params=(P0.W0, P0.W1, P0.WQ, P0.WK)),
         TypeError,
-        r"params must be a gradflow\.Params, got tuple",
+        r"params must be a gradflow\.Params or gradflow\.VariantParams, got tuple",
     ),
     Case(
         "integrate-solver-unknown",
@@ -697,8 +714,8 @@ CASES = [
         "sgd-source-missing",
         lambda f: _sgd(source=None),
         TypeError,
-        r"source must be a gradflow\.MarkovChain or a gradflow\.text\.TokenStream "
-        r".*got NoneType",
+        r"source must be a gradflow\.MarkovChain, a gradflow\.text\.TokenStream "
+        r".*or a gradflow\.Problem, got NoneType",
     ),
     Case(
         "sgd-corpus-too-short",
@@ -1037,7 +1054,7 @@ def test_bad_input(case, files, tripwires):
 
 # ------------------------------------------------------- run-time failures
 # A solve that stops early returns `ok=False` and a one-line `message` from
-# `_failure_message`; these check the message for each kind of Diffrax result.
+# `failure_message`; these check the message for each kind of Diffrax result.
 
 
 @pytest.mark.parametrize(
@@ -1063,20 +1080,22 @@ def test_bad_input(case, files, tripwires):
 def test_failure_messages(result, match):
     import diffrax as dfx
 
-    from gradflow._integrate import _failure_message
+    # the message of a failed solve, made for each Diffrax result
+    from gradflow._engine.solving import failure_message
 
-    message = _failure_message(getattr(dfx.RESULTS, result), 0.2556, 2000.0, 5000)
+    message = failure_message(getattr(dfx.RESULTS, result), 0.2556, 2000.0, 5000)
     assert message.startswith("the solver stopped at t = 0.2556 of t1 = 2000: ")
     assert "\n" not in message
     assert re.search(match, message), message
 
 
 def test_descent_check_names_the_first_rise():
-    from gradflow._integrate import _check_descent
+    # the descent check on hand-made curves
+    from gradflow._engine.solving import check_descent
 
     ts = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
-    assert _check_descent(ts, [2.0, 1.5, 1.5 + 1e-6, 1.2, 1.1], rtol=1e-5) == ""
-    message = _check_descent(ts, [2.0, 1.5, 1.7, 1.2, 1.9], rtol=1e-5)
+    assert check_descent(ts, [2.0, 1.5, 1.5 + 1e-6, 1.2, 1.1], rtol=1e-5) == ""
+    message = check_descent(ts, [2.0, 1.5, 1.7, 1.2, 1.9], rtol=1e-5)
     assert re.fullmatch(
         r"the loss rose from 1\.5 at t = 1 to 1\.7 at t = 2 \(2 rises, the largest "
         r"0\.7\), which the exact gradient flow never does: .*\(now 1e-05\)",

@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow import _integrate, _loop
-from gradflow._observe import Observer
+
+# The pure chunk function and the pieces a flow builds it from (its checked
+# call, its Spec and its Observer) have no public names: these tests vmap the
+# chunk function directly and read the chunk size a flow's Spec gets.
+from gradflow._engine import loop
+from gradflow._engine.flow import solve_spec
+from gradflow._engine.observe import Observer
+from gradflow._engine.setup import prepare
 
 
 CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)
@@ -48,12 +54,11 @@ def test_second_solve_compiles_nothing(stages):
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 
-def _setup(init_scale, seed, params=None):
-    return _integrate.prepare(
-        CHAIN,
+def _setup(init_scale, seed, params=None, chunk_steps=None):
+    return prepare(
+        gf.problems.MarkovAttention(CHAIN, width=2),
         init_scale=init_scale,
         params=params,
-        width=2,
         t1=60.0,
         ts=KW["ts"],
         seed=seed,
@@ -62,6 +67,7 @@ def _setup(init_scale, seed, params=None):
         atol=1e-9,
         max_steps=10_000,
         dtype="float64",
+        chunk_steps=chunk_steps,
     )
 
 
@@ -71,25 +77,25 @@ def test_run_chunk_under_vmap_equals_each_member():
     # (tests/test_sweep.py: members equal their solo runs) and the batched
     # refresh (tests/test_solvers.py: cond_per_member).
     observer = Observer(stages=True, thresholds=gf.StageThresholds())
-    setups = [_setup(1e-2, 0), _setup(3e-2, 1)]
-    spec = _integrate.solve_spec(setups[0], observer)
-    spec = dataclasses.replace(spec, chunk_steps=40)
+    setups = [_setup(1e-2, 0, chunk_steps=40), _setup(3e-2, 1, chunk_steps=40)]
+    spec = solve_spec(setups[0], observer)
+    assert spec.chunk_steps == 40
     ts = jnp.asarray(KW["ts"])
     t1 = jnp.asarray(60.0)
     states = [
-        _loop.init_state(
-            spec, y0=s.params0, args=s.chain_dt, t0=jnp.asarray(0.0), t1=t1, ts=ts
+        loop.init_state(
+            spec, y0=s.params0, args=s.problem_dt, t0=jnp.asarray(0.0), t1=t1, ts=ts
         )
         for s in setups
     ]
     alone = []
     for s, st in zip(setups, states, strict=True):
         for _ in range(3):
-            st = _loop.run_chunk(spec, s.chain_dt, ts, t1, st)
+            st = loop.run_chunk(spec, s.problem_dt, ts, t1, st)
         alone.append(st)
     batch = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    args = setups[0].chain_dt
-    step = jax.vmap(lambda st: _loop.run_chunk(spec, args, ts, t1, st))
+    args = setups[0].problem_dt
+    step = jax.vmap(lambda st: loop.run_chunk(spec, args, ts, t1, st))
     for _ in range(3):
         batch = step(batch)
     for i, st in enumerate(alone):
@@ -118,18 +124,24 @@ def test_chunks_are_shorter_for_large_models():
         return gf.Params(*(np.zeros(s) for s in [(m, d), (d, m), (m, m), (m, m)]))
 
     def steps(d, m):
-        return _loop.chunk_steps_for(zeros(d, m))
+        return loop.chunk_steps_for(zeros(d, m))
 
-    assert steps(6, 8) == steps(6, 16) == _loop.CHUNK_STEPS
+    assert steps(6, 8) == steps(6, 16) == loop.CHUNK_STEPS
     sizes = [steps(d, 16) for d in (32, 64, 128, 256, 512, 1024, 2048)]
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 4
-    assert sizes[0] < _loop.CHUNK_STEPS and sizes[-1] == 10
+    assert sizes[0] < loop.CHUNK_STEPS and sizes[-1] == 10
     assert steps(512, 16) * 0.5 < 30  # seconds per chunk at d = 512
     # integrate's solve uses it, capped by max_steps
     observer = Observer(stages=False, thresholds=gf.StageThresholds())
     small = _setup(None, 0, params=zeros(3, 2))
-    assert _integrate.solve_spec(small, observer).chunk_steps == _loop.CHUNK_STEPS
+    assert solve_spec(small, observer).chunk_steps == loop.CHUNK_STEPS
     big = dataclasses.replace(small, params0=zeros(256, 16))
-    assert _integrate.solve_spec(big, observer).chunk_steps == steps(256, 16)
+    assert solve_spec(big, observer).chunk_steps == steps(256, 16)
     few = dataclasses.replace(small, max_steps=7)
-    assert _integrate.solve_spec(few, observer).chunk_steps == 7
+    assert solve_spec(few, observer).chunk_steps == 7
+    # chunk_steps= (gf.flow's keyword) overrides the default, still capped
+    given = _setup(None, 0, params=zeros(3, 2), chunk_steps=25)
+    assert solve_spec(given, observer).chunk_steps == 25
+    assert (
+        solve_spec(dataclasses.replace(given, max_steps=7), observer).chunk_steps == 7
+    )

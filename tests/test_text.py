@@ -163,7 +163,8 @@ def test_bad_vocab_size_and_smoothing():
 def test_cli_text_arguments(tmp_path):
     import argparse
 
-    from gradflow._cli_sgd import add_text_arguments, chain_from_text_args
+    # the CLI's text flags, parsed without running a command
+    from gradflow._cli.sgd import add_text_arguments, chain_from_text_args
 
     parser = argparse.ArgumentParser()
     add_text_arguments(parser)

@@ -533,7 +533,9 @@ def test_save_and_load_rebuild_variant_params(tmp_path):
         loss=np.array([1.4, 1.3]),
         grad_norm=np.array([0.1, 0.05]),
         params=params,
-        chain=gf.chains.random(4, seed=0),
+        problem=gf.problems.MarkovAttention(
+            gf.chains.random(4, seed=0), width=3, model=model
+        ),
         settings={"model": model.as_dict(), "t1": 1.0},
         stats={"num_steps": 1},
     )
@@ -555,15 +557,16 @@ SGD_KW = dict(width=2, context=8, batch_size=16, lr=0.1, t1=0.5, progress=False)
 def test_sgd_batch_loss_is_the_finite_context_loss(model):
     """The training objective (counts for one layer, the causal forward for
     two) equals gf.finite_context_loss on the same sequences."""
-    from gradflow._sgd_loss import batch_loss
-
     chain = gf.chains.random(4, seed=2)
     seqs = jnp.asarray(
         sample_sequences(np.asarray(chain.P), np.asarray(chain.pi), 6, 9, seed=3),
         jnp.int32,
     )
     p = random_variant(model, 4, 3, 0.6, 5)
-    a, b = float(batch_loss(p, seqs)), float(gf.finite_context_loss(p, seqs))
+    # the loss SGD trains on: the problem's sample_loss
+    problem = gf.problems.MarkovAttention(chain, width=3, model=model)
+    a = float(problem.sample_loss(p, seqs))
+    b = float(gf.finite_context_loss(p, seqs))
     assert a == pytest.approx(b, rel=1e-12, abs=1e-14)
 
 
@@ -608,13 +611,13 @@ def test_compare_variant_uses_every_parameter():
     p = gf.init_params(3, 2, 0.1, seed=1, model=model)
     ts = np.array([0.0, 1.0, 2.0])
 
-    def fake(params, loss):
+    def fake(params, loss, model=model):
         return gf.Trajectory(
             ts=ts,
             loss=np.asarray(loss),
             grad_norm=np.ones(3),
             params=params,
-            chain=SGD_CHAIN,
+            problem=gf.problems.MarkovAttention(SGD_CHAIN, width=2, model=model),
             settings={"model": model.as_dict()},
             stats={},
         )
@@ -631,6 +634,7 @@ def test_compare_variant_uses_every_parameter():
             lambda x: np.stack([np.asarray(x)] * 3), gf.init_params(3, 2, 0.1)
         ),
         [1.1, 1.0, 0.9],
+        model=gf.Model(),
     )
     with pytest.raises(ValueError, match="model value\\+norm=rms but the SGD run"):
         gf.compare(flow, minimal)
@@ -713,7 +717,8 @@ def test_cli_model_flags_bad_values(command, flags, match, capsys, tmp_path):
 
 
 def test_cli_model_flags_parse():
-    from gradflow._cli_sgd import model_from_args
+    # the CLI's model flags, parsed without running a command
+    from gradflow._cli.sgd import model_from_args
     from gradflow.cli import build_parser
 
     flags = "--heads 2 --layers 2 --value --residual --norm rms".split()

@@ -283,10 +283,9 @@ def result_fields(
 ):
     """The constructor arguments of a result read from a file: its `own`
     arrays and what every result shares. A `KeyError` for a missing entry."""
-    return dict(
+    fields = dict(
         **{name: arrays[prefix + name] for name in own},
         problem=problem,
-        params=_params(problem, arrays, prefix, legacy),
         settings=meta["settings"],
         stats=meta["stats"],
         ok=bool(meta["ok"]),
@@ -296,6 +295,9 @@ def result_fields(
         events=tuple(EventRecord.from_dict(e) for e in meta.get("events", ())),
         extras={k: arrays[f"{prefix}extra_{k}"] for k in meta.get("extras", [])},
     )
+    # last: the parameters' structure is traced from the problem's init, so an
+    # incomplete file is refused before anything is traced
+    return dict(fields, params=_params(problem, arrays, prefix, legacy))
 
 
 def read_result(cls: type[AbstractResult], path, what: str) -> AbstractResult:

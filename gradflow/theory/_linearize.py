@@ -335,8 +335,7 @@ def linearize(
     params = check_point(params, problem)
     method = check_method(method)
     tol = check_rel_tol(tol)
-    flat = flatten_params(params)
-    n = int(flat.shape[0])
+    n = sum(int(np.size(x)) for x in jax.tree.leaves(params))
     if method == "auto":
         method = "dense" if n <= max_dense else "lanczos"
     if method == "lanczos":
@@ -351,6 +350,7 @@ def linearize(
             raise ValueError(
                 f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
             )
+    flat = flatten_params(params)
     like = shape_of(params)
     grad = np.asarray(flat_grad(flat, problem, like))
     loss = float(problem.loss(params))
