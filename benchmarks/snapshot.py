@@ -29,8 +29,7 @@ def _params(params) -> dict[str, np.ndarray]:
 
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     return {
-        "params" + jax.tree_util.keystr(path): np.asarray(leaf)
-        for path, leaf in leaves
+        "params" + jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves
     }
 
 
@@ -75,10 +74,15 @@ def cases():
     yield "default", lambda: gf.integrate(sticky, 1e-3, **kw)
     yield "default_bare", lambda: gf.integrate(sticky, 1e-3, stages=False, **kw)
     rand = gf.chains.random(6, seed=3)
-    yield "random", lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, progress=False)
+    yield (
+        "random",
+        lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, progress=False),
+    )
     yield (
         "random_bare",
-        lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, stages=False, progress=False),
+        lambda: gf.integrate(
+            rand, 1e-3, width=8, t1=20000.0, stages=False, progress=False
+        ),
     )
     model = gf.Model(heads=2, value=True, residual=True, norm="rms")
     yield "variant", lambda: gf.integrate(sticky, 1e-3, model=model, **kw)
@@ -88,11 +92,15 @@ def cases():
     )
     yield (
         "float32",
-        lambda: gf.integrate(sticky, 1e-2, width=4, t1=2000.0, dtype="float32", progress=False),
+        lambda: gf.integrate(
+            sticky, 1e-2, width=4, t1=2000.0, dtype="float32", progress=False
+        ),
     )
     level = float(sticky.unigram_entropy) + 0.01
     below = gf.Event(
-        "below_unigram", lambda t, p, c: level - gf.population_loss(p, c), direction=True
+        "below_unigram",
+        lambda t, p, c: level - gf.population_loss(p, c),
+        direction=True,
     )
     yield "events", lambda: gf.integrate(sticky, 1e-3, events=[below], **kw)
     chains = [gf.chains.sticky(4, 0.5, 0.5, x) for x in (0.0, 0.1)]
@@ -141,7 +149,9 @@ def run_case(name, make):
 def theory_case():
     import gradflow as gf
 
-    traj = gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=5000.0, progress=False)
+    traj = gf.integrate(
+        gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=5000.0, progress=False
+    )
     points = gf.critical_points(traj)
     arrays = {}
     meta = {"points": []}
