@@ -37,7 +37,8 @@ def scaled_normal(key, shape: tuple[int, ...], scale: float, dtype) -> jax.Array
     # (`jax.eval_shape` of a problem's `init`, as the result reader and the
     # sweep do for the parameters' structure), where the host cannot slice the
     # flat draw: the same draw (compiled, equal up to rounding).
-    if not partitionable or isinstance(key, jax.core.Tracer):
+    traced = isinstance(key, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]
+    if not partitionable or traced:
         return scale * jax.random.normal(key, shape, dtype=dtype)
     n = math.prod(shape)
     size = max(_MIN_DRAW, 1 << max(n - 1, 0).bit_length())

@@ -280,7 +280,7 @@ def _params(problem, arrays: dict, prefix: str, legacy: bool):
 
 def result_fields(
     meta: dict, arrays: dict, own: tuple, *, problem, legacy: bool, prefix=""
-):
+) -> dict[str, Any]:
     """The constructor arguments of a result read from a file: its `own`
     arrays and what every result shares. A `KeyError` for a missing entry."""
     fields = dict(

@@ -120,7 +120,7 @@ class Sweep(eqx.Module):
     @property
     def chains(self) -> tuple:
         """The chains of the sweep's problems (the paper's model)."""
-        return tuple(p.chain for p in self.problems if p is not None)
+        return tuple(getattr(p, "chain") for p in self.problems if p is not None)  # noqa: B009
 
     def __len__(self) -> int:
         return len(self.trajectories)
@@ -154,7 +154,7 @@ class Sweep(eqx.Module):
         if first is None:
             what = "none"
         elif self._axis == "chain":  # the paper's model: the repr of gradflow 0.1.0
-            what = f"d = {first.chain.d}"
+            what = f"d = {self.chains[0].d}"
         else:
             what = first.describe()
         return (

@@ -322,7 +322,8 @@ def _result(
         "checkpoint": None if ckpt is None else str(ckpt.path),
         "checkpoint_writes": 0 if ckpt is None else ckpt.num_writes,
     }
-    run = SGDRun(
+    # (pyright reads the base's abstract `loss` as a field; it is a property)
+    run = SGDRun(  # pyright: ignore[reportCallIssue]
         ts=steps.astype(np.float64) * s["lr"],
         steps=steps,
         population_loss=np.asarray(pop_loss, dtype=np.float64),

@@ -23,7 +23,7 @@ from jaxtyping import Array, Float
 
 from ..._core.custom_types import Scalar
 from .chain import MarkovChain
-from .model import Params, attention_summary, population_loss
+from .model import AnyParams, Params, attention_summary, population_loss
 
 
 # Singular values below this fraction of sigma_1 are treated as zero in the
@@ -85,7 +85,7 @@ def right_singular_vectors(W0: Float[Array, "m d"]):
     return s, v * jnp.where(sign == 0, 1.0, sign)
 
 
-def point_diagnostics(params: Params, chain: MarkovChain, loss, grad, A):
+def point_diagnostics(params: AnyParams, chain: MarkovChain, loss, grad, A):
     """The observables of `diagnostics` except the attention matrix itself."""
     grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
     W0, W1 = params.W0, params.W1

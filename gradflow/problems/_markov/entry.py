@@ -234,7 +234,7 @@ def _is_problems(chains) -> bool:
     )
 
 
-def problems_of(chains, *, width, model, params, save_attention):
+def problems_of(chains, *, width, model, params, save_attention) -> tuple[Any, str]:
     """`(problems, axis)` of a sweep: given problems as they are, or the
     paper's model on each chain; `axis` names them in error messages."""
     if _is_problems(chains):

@@ -5,7 +5,7 @@ and variants, its random start, its sampler for SGD (sequences of the chain,
 or windows of a text), its observables and its four stages (condensation,
 focus, dilution, new directions) on top of the generic plateaus."""
 
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -134,7 +134,7 @@ class MarkovAttention(Problem):
         the text."""
         if self.text is None:
             return ChainSampler(self.chain, self.context)(key, n)
-        return WindowSampler(self.text, self.context)(key, n)  # pyright: ignore[reportCallIssue]
+        return WindowSampler(ids=self.text, context=self.context)(key, n)
 
     def sample_loss(self, params: AnyParams, batch) -> Array:
         """The finite-context loss of a batch of sequences (SPEC section 2)."""
@@ -200,7 +200,7 @@ class MarkovAttention(Problem):
         del loss, loss_scale  # read from the observables, against the chain
         # observed in the dtype of the saves, detected against the chain as
         # given (float64)
-        problem_dt = self.astype(params_dtype(params))
+        problem_dt = cast(MarkovAttention, self.astype(params_dtype(params)))
         obs = observe_saves(problem_dt, ts, params)
         stages, events = stages_from_observations(ts, obs, self.chain, thresholds)
         extras = dict(obs)

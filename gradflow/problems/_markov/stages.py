@@ -32,7 +32,7 @@ from ..._core.records import STAGE_KINDS, EventRecord, Stage, stage_events
 from ..._engine.stages import Curves, StageThresholds, plateau_intervals
 from .chain import MarkovChain
 from .diagnostics import point_diagnostics
-from .model import Params, attention_summary, population_loss
+from .model import AnyParams, attention_summary, population_loss
 
 
 _TINY = 1e-300
@@ -41,7 +41,7 @@ _TINY = 1e-300
 DETECTOR_KEYS = ("loss", "att_entropy", "att_mass", "sv_ratio", "right_sv_W0")
 
 
-def observe(t, params: Params, chain: MarkovChain) -> dict[str, Array]:
+def observe(t, params: AnyParams, chain: MarkovChain) -> dict[str, Array]:
     r"""Every observable of one point that stage detection and the figures read.
 
     Pure, jit- and vmap-able, the save function of `integrate(stages=True)`.
