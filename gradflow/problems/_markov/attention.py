@@ -1,8 +1,8 @@
 r"""The attention primitive and the cross-entropies that every model shares.
 
 One softmax-attention function, [`attention_weights`][], is used by the
-paper's one-layer model ([`gradflow.Params`][], `_model.py`) and by every
-variant ([`gradflow.VariantParams`][], `_variants.py`), in both the closed-form
+paper's one-layer model ([`gradflow.Params`][], `model.py`) and by every
+variant ([`gradflow.VariantParams`][], `variants.py`), in both the closed-form
 population loss (a $\pi$-weighted softmax over the vocabulary) and the
 finite-context model (a softmax over positions). This module sits below both.
 """

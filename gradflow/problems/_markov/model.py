@@ -7,7 +7,7 @@ Both losses share one attention primitive,
 the finite-context model with the softmax over positions replaced by a
 $\pi$-weighted softmax over the vocabulary. The functions here take either
 [`gradflow.Params`][] (the paper's model, whose arithmetic is kept exactly) or
-[`gradflow.VariantParams`][] (`_variants.py`), which carry their
+[`gradflow.VariantParams`][] (`variants.py`), which carry their
 [`gradflow.Model`][].
 """
 
