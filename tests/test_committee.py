@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.problems._committee import orthogonal_teacher
 from gradflow.theory import committee_plateau, doubly_centred
 
 
@@ -39,7 +38,7 @@ import committee_reference as ref  # noqa: E402
 
 K = M = 3
 N = 6
-PROBLEM = gf.problems.Committee(orthogonal_teacher(M, N), students=K)
+PROBLEM = gf.problems.Committee.isotropic(M, N, students=K)
 PLATEAU = committee_plateau(PROBLEM)
 KW = dict(init_scale=1e-3, t1=1000.0, progress=False)
 
@@ -107,7 +106,7 @@ def test_zero_loss_at_the_teacher_and_its_permutations():
 
 @pytest.mark.parametrize("norm", [1.0, 2.0])
 def test_symmetric_plateau_in_closed_form(norm):
-    problem = gf.problems.Committee(orthogonal_teacher(M, N, norm), students=K)
+    problem = gf.problems.Committee.isotropic(M, N, students=K, norm=norm)
     plateau = committee_plateau(problem)
     if norm == 1.0:  # Saad and Solla (1995): alpha^2 = 1 / (K (2K - 1))
         assert plateau.alpha**2 == pytest.approx(1 / (K * (2 * K - 1)), rel=1e-14)
@@ -282,10 +281,9 @@ def test_cli_run_a_factory(tmp_path, monkeypatch, capsys):
     from gradflow.cli import main
 
     (tmp_path / "my_problems.py").write_text(
-        "import gradflow as gf\n"
-        "from gradflow.problems._committee import orthogonal_teacher\n\n"
+        "import gradflow as gf\n\n"
         "def committee(norm=1.0, students=3):\n"
-        "    return gf.problems.Committee(orthogonal_teacher(3, 6, norm), students)\n"
+        "    return gf.problems.Committee.isotropic(3, 6, students, norm=norm)\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))

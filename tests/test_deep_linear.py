@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.problems._deep_linear import product, random_deep_linear
+from gradflow.problems._deep_linear import product
 from gradflow.theory import (
     balanced_start,
     deep_linear_saddle,
@@ -36,7 +36,7 @@ S = np.array([3.0, 1.0, 0.3])
 HIDDEN = 4
 # n_in 5, n_out 4, one hidden layer of 4: Saxe's setting (sigma_xx = I) with
 # random singular bases
-PROBLEM = random_deep_linear(S, n_in=5, n_out=4, hidden=(HIDDEN,), seed=1)
+PROBLEM = gf.problems.DeepLinear.random(S, n_in=5, n_out=4, hidden=(HIDDEN,), seed=1)
 LEVELS = [0.5 * float(np.sum(S[k:] ** 2)) for k in range(len(S) + 1)]
 RANDOM = dict(init_scale=1e-4, t1=60.0, progress=False)
 
@@ -108,7 +108,7 @@ def test_loss_is_zero_at_the_least_squares_map_and_at_the_floor_otherwise():
     assert float(PROBLEM.loss(point)) < 1e-28 and level < 1e-28
     assert PROBLEM.loss_floor() == 0.0
     # a bottleneck of width 1 cannot learn the weaker modes: Eckart-Young
-    narrow = random_deep_linear(S, n_in=5, n_out=4, hidden=(1,), seed=1)
+    narrow = gf.problems.DeepLinear.random(S, n_in=5, n_out=4, hidden=(1,), seed=1)
     assert narrow.loss_floor() == pytest.approx(LEVELS[1], rel=1e-12)
     point, level = deep_linear_saddle(narrow, 1)
     assert float(narrow.loss(point)) == pytest.approx(narrow.loss_floor(), rel=1e-12)
@@ -183,7 +183,7 @@ def test_saddle_rates_in_closed_form_at_the_exact_saddles():
 def test_deeper_network_has_degenerate_saddles():
     """Three layers: the Hessian vanishes at the origin (rate 0; the escape is
     polynomial), and at a partial solution no eigenvalue is positive."""
-    deep = random_deep_linear(S, n_in=5, n_out=4, hidden=(4, 4), seed=1)
+    deep = gf.problems.DeepLinear.random(S, n_in=5, n_out=4, hidden=(4, 4), seed=1)
     origin, _ = deep_linear_saddle(deep, 0)
     lin = gf.linearize(deep, origin)
     assert np.abs(lin.eigenvalues).max() == 0.0
@@ -200,6 +200,8 @@ def test_critical_points_and_rates_along_the_flow(traj):
     after each plateau's closest approach (`gf.theory.flank_rate`) grows at
     that rate, to 5 %."""
     points = [p for p in gf.critical_points(traj) if p.kind == "saddle"]
+    plateaus = [s for s in traj.stages if s.name == "plateau"]
+    ts, g, modes = traj.ts, traj.grad_norm, traj.extras["modes"]
     assert len(points) == 3
     for k, p in enumerate(points):
         assert p.converged and p.loss == pytest.approx(LEVELS[k], rel=1e-10)
@@ -208,6 +210,14 @@ def test_critical_points_and_rates_along_the_flow(traj):
         assert p.linearization.unstable_rate == pytest.approx(S[k], rel=1e-6)
         measured = gf.theory.flank_rate(traj, p.index)["rate"]
         assert measured == pytest.approx(S[k], rel=0.05)
+        # the escaping mode's strength u_{k+1} = a b grows at 2 s_{k+1} (both
+        # factors at s_{k+1}) on the plateau, from where |grad L| has risen to
+        # 3x its least value (the stable modes have decayed) to the plateau's
+        # end (measured within 1.4 %)
+        i0 = p.index + int(np.flatnonzero(g[p.index :] >= 3 * g[p.index])[0])
+        sel = (ts >= ts[i0]) & (ts <= plateaus[k].t_end)
+        growth = np.polyfit(ts[sel], np.log(modes[sel, k]), 1)[0]
+        assert growth / 2 == pytest.approx(S[k], rel=0.05)
 
 
 def test_files_keep_the_problem(traj, tmp_path):

@@ -143,7 +143,6 @@ def _deep_linear(args):
     import numpy as np
 
     import gradflow as gf
-    from gradflow.problems._deep_linear import random_deep_linear
 
     if args.sigma_yx is not None:
         syx = _npy("--sigma-yx", args.sigma_yx)
@@ -167,14 +166,15 @@ def _deep_linear(args):
             )
     seed = 0 if args.problem_seed is None else args.problem_seed
     hidden = tuple(args.hidden or [n_out])
-    problem = random_deep_linear(s, n_in=n_in, n_out=n_out, hidden=hidden, seed=seed)
+    problem = gf.problems.DeepLinear.random(
+        s, n_in=n_in, n_out=n_out, hidden=hidden, seed=seed
+    )
     what = " ".join(f"{x:g}" for x in s)
     return problem, f"{problem.describe()}, singular values {what}, seed {seed}"
 
 
 def _committee(args):
     import gradflow as gf
-    from gradflow.problems._committee import orthogonal_teacher
 
     if args.teacher is not None:
         V = _npy("--teacher", args.teacher)
@@ -186,10 +186,13 @@ def _committee(args):
             f"--inputs must be >= --teachers >= 1, got --inputs {inputs} and "
             f"--teachers {args.teachers}"
         )
-    V = orthogonal_teacher(
-        args.teachers, inputs, args.teacher_norm, seed=args.problem_seed
+    problem = gf.problems.Committee.isotropic(
+        args.teachers,
+        inputs,
+        args.students,
+        norm=args.teacher_norm,
+        seed=args.problem_seed,
     )
-    problem = gf.problems.Committee(V, students=args.students)
     how = "first unit vectors" if args.problem_seed is None else "random"
     return problem, (
         f"{problem.describe()}, orthogonal teacher of norm {args.teacher_norm:g} "

@@ -191,6 +191,23 @@ class Committee(Problem):
     def describe(self) -> str:
         return f"Committee(K={self.students}, M={self.teachers}, N={self.inputs})"
 
+    @classmethod
+    def isotropic(
+        cls,
+        teachers: int,
+        inputs: int,
+        students: int,
+        *,
+        norm: float = 1.0,
+        seed: int | None = None,
+    ) -> "Committee":
+        r"""Saad and Solla's isotropic teacher: `teachers` orthogonal rows of
+        length `norm` in $\mathbb R^{\text{inputs}}$ ($T = \text{norm}^2 I$;
+        the first unit vectors, or with `seed` random orthogonal ones), learnt
+        by `students` students."""
+        teacher = orthogonal_teacher(teachers, inputs, norm, seed=seed)
+        return cls(teacher, students)
+
 
 def orthogonal_teacher(teachers: int, inputs: int, norm: float = 1.0, *, seed=None):
     r"""A teacher of `teachers` orthogonal rows of length `norm` in

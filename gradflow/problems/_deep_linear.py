@@ -229,6 +229,18 @@ class DeepLinear(Problem):
         widths = "-".join(str(n) for n in (self.n_in, *self.hidden, self.n_out))
         return f"DeepLinear({widths})"
 
+    @classmethod
+    def random(
+        cls, singular_values, *, n_in: int, n_out: int, hidden, seed: int = 0
+    ) -> "DeepLinear":
+        r"""Saxe's setting with random singular bases: $\Sigma_{xx} = I$ and
+        $\Sigma_{yx} = U\operatorname{diag}(s)V^\top$, $U$ and $V$ the first
+        columns of Haar-random orthogonal matrices of seed `seed`
+        (`singular_values`: at most `min(n_in, n_out)` of them)."""
+        return random_deep_linear(
+            singular_values, n_in=n_in, n_out=n_out, hidden=hidden, seed=seed
+        )
+
 
 def random_deep_linear(
     singular_values, *, n_in: int, n_out: int, hidden, seed: int = 0

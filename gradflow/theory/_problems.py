@@ -129,10 +129,12 @@ def balanced_start(problem: DeepLinear, u0) -> tuple:
     """
     problem = _check_deep_linear(problem, "balanced_start")
     n = min(problem.n_in, problem.n_out, min(problem.hidden))
+    given = u0
     u0 = np.asarray(u0, dtype=np.float64)
     u0 = np.full(n, float(u0)) if u0.ndim == 0 else u0
     if u0.ndim != 1 or not (np.isfinite(u0).all() and (u0 > 0).all()):
-        raise ValueError(f"u0 must be positive and finite, got {show(u0)}")
+        shown = np.asarray(given).tolist() if np.ndim(given) else given
+        raise ValueError(f"u0 must be positive and finite, got {show(shown)}")
     return _layers(problem, u0)
 
 
@@ -205,12 +207,14 @@ def _f_derivatives(z: float) -> tuple[float, float]:
 def isotropic_norm(problem: Committee) -> float:
     r"""$\tau$ when the teacher's rows are orthogonal with one norm $\tau$
     ($T = \tau^2 I$); `ValueError` otherwise."""
-    T = np.asarray(problem.T)
+    V = np.asarray(problem.teacher)  # NumPy: nothing compiled for the check
+    T = V @ V.T
     tau2 = float(np.mean(np.diag(T)))
     if tau2 <= 0 or np.abs(T - tau2 * np.eye(T.shape[0])).max() > 1e-10 * tau2:
         raise ValueError(
             "the closed form is derived for an isotropic teacher (orthogonal rows "
-            f"of one norm, T = tau^2 I), got T with diagonal {show(np.diag(T))}"
+            f"of one norm, T = tau^2 I), got T with diagonal "
+            f"{show(np.diag(T).tolist())}"
         )
     return math.sqrt(tau2)
 
