@@ -22,6 +22,7 @@ import itertools
 import sys
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -43,6 +44,24 @@ PLATEAU = committee_plateau(PROBLEM)
 KW = dict(init_scale=1e-3, t1=1000.0, progress=False)
 
 
+@eqx.filter_jit
+def _monte_carlo(problem, params, key, n):
+    """A sample, its loss (`sample_loss`) and the closed form, in one
+    compilation."""
+    batch = problem.sample(key, n)
+    return batch, problem.sample_loss(params, batch), problem.loss(params)
+
+
+@eqx.filter_jit
+def _gradients(problem, W, h):
+    """The loss, its gradient and its central differences in every
+    coordinate (step `h`), in one compilation."""
+    steps = h * jnp.eye(W.size, dtype=W.dtype).reshape(-1, *W.shape)
+    loss = jax.vmap(problem.loss)
+    fd = (loss(W + steps) - loss(W - steps)) / (2 * h)
+    return problem.loss(W), jax.grad(problem.loss)(W), fd
+
+
 @pytest.fixture(scope="module")
 def traj():
     return gf.flow(PROBLEM, **KW)
@@ -56,40 +75,34 @@ def test_closed_form_against_monte_carlo():
     problem = gf.problems.Committee(_random_teacher(0), students=K)
     W = problem.init(jax.random.key(1), 0.8)
     n = 200_000
-    x, y = problem.sample(jax.random.key(2), n)
+    (x, y), mc, exact = _monte_carlo(problem, W, jax.random.key(2), n)
+    x, y = np.asarray(x), np.asarray(y)
     assert x.shape == (n, N) and y.shape == (n,)
     # the teacher's output, computed here with SciPy's erf
     from scipy.special import erf
 
     V = np.asarray(problem.teacher)
     np.testing.assert_allclose(
-        y, erf(np.asarray(x) @ V.T / np.sqrt(2)).sum(axis=1), rtol=1e-12, atol=1e-14
+        y, erf(x @ V.T / np.sqrt(2)).sum(axis=1), rtol=1e-12, atol=1e-14
     )
-    student = erf(np.asarray(x) @ np.asarray(W).T / np.sqrt(2)).sum(axis=1)
-    per_example = 0.5 * (student - np.asarray(y)) ** 2
-    mc = float(problem.sample_loss(W, (x, y)))
-    assert mc == pytest.approx(per_example.mean(), rel=1e-10)
+    student = erf(x @ np.asarray(W).T / np.sqrt(2)).sum(axis=1)
+    per_example = 0.5 * (student - y) ** 2
+    assert float(mc) == pytest.approx(per_example.mean(), rel=1e-10)
     # 4 standard errors of the Monte-Carlo mean
-    assert abs(mc - float(problem.loss(W))) < 4 * per_example.std() / np.sqrt(n)
+    assert abs(float(mc) - float(exact)) < 4 * per_example.std() / np.sqrt(n)
 
 
 def test_gradient_against_finite_differences_and_the_hand_derived_one():
     problem = gf.problems.Committee(_random_teacher(3), students=K)
     W = problem.init(jax.random.key(4), 0.8)
-    grad = jax.grad(problem.loss)(W)
+    loss, grad, fd = _gradients(problem, W, 1e-5)
     V = np.asarray(problem.teacher)
     # the independent NumPy loss and gradient, to rounding
-    assert ref.loss(np.asarray(W), V) == pytest.approx(
-        float(problem.loss(W)), abs=1e-14
-    )
+    assert ref.loss(np.asarray(W), V) == pytest.approx(float(loss), abs=1e-14)
     np.testing.assert_allclose(ref.grad(np.asarray(W), V), grad, rtol=1e-12, atol=1e-14)
-    # central differences (step h: error O(h^2) times the third derivative,
-    # ~1e-10, far below the 1e-7 asked)
-    h = 1e-5
-    steps = h * jnp.eye(W.size).reshape(-1, *W.shape)
-    loss = jax.jit(jax.vmap(problem.loss))
-    fd = (loss(W + steps) - loss(W - steps)) / (2 * h)
-    np.testing.assert_allclose(fd, grad.ravel(), rtol=1e-7, atol=1e-9)
+    # central differences (step 1e-5: error O(h^2) times the third
+    # derivative, ~1e-10, far below the 1e-7 asked)
+    np.testing.assert_allclose(fd, np.ravel(grad), rtol=1e-7, atol=1e-9)
 
 
 def test_zero_loss_at_the_teacher_and_its_permutations():

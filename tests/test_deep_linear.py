@@ -16,6 +16,7 @@ the literature: Saxe, McClelland and Ganguli (2014).
 All flows share one compiled solve (one problem class and shape).
 """
 
+import equinox as eqx
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -23,7 +24,6 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.problems._deep_linear import product
 from gradflow.theory import (
     balanced_start,
     deep_linear_saddle,
@@ -41,63 +41,67 @@ LEVELS = [0.5 * float(np.sum(S[k:] ** 2)) for k in range(len(S) + 1)]
 RANDOM = dict(init_scale=1e-4, t1=60.0, progress=False)
 
 
+@eqx.filter_jit
+def _monte_carlo(problem, params, key, n):
+    """A sample, its loss (`sample_loss`) and the closed form, in one
+    compilation."""
+    batch = problem.sample(key, n)
+    return batch, problem.sample_loss(params, batch), problem.loss(params)
+
+
+@eqx.filter_jit
+def _gradients(problem, params, h):
+    """The gradient and its central differences in every coordinate (step
+    `h`), in one compilation."""
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    steps = h * jnp.eye(flat.size, dtype=flat.dtype)
+    loss = jax.vmap(lambda x: problem.loss(unravel(x)))
+    fd = (loss(flat + steps) - loss(flat - steps)) / (2 * h)
+    return jax.grad(problem.loss)(params), fd
+
+
+def _non_white(seed):
+    """A three-layer network on correlated inputs, at a random point."""
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((4, 4))
+    problem = gf.problems.DeepLinear(
+        A @ A.T / 4 + np.eye(4), rng.standard_normal((3, 4)), (5, 2)
+    )
+    return problem, problem.init(jax.random.key(seed), 0.7)
+
+
 @pytest.fixture(scope="module")
 def traj():
     """The flow from a small random start."""
     return gf.flow(PROBLEM, **RANDOM)
 
 
-def _random_point(problem, scale, seed):
-    return problem.init(jax.random.key(seed), scale)
-
-
 def test_closed_form_against_monte_carlo():
-    # a non-white input covariance and a deeper network, at a random point
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((4, 4))
-    problem = gf.problems.DeepLinear(
-        A @ A.T / 4 + np.eye(4), rng.standard_normal((3, 4)), (5, 2)
-    )
-    params = _random_point(problem, 0.7, 1)
+    problem, params = _non_white(0)
     n = 200_000
-    x, y = problem.sample(jax.random.key(2), n)
+    (x, y), mc, exact = _monte_carlo(problem, params, jax.random.key(2), n)
+    x, y = np.asarray(x), np.asarray(y)
     assert x.shape == (n, 4) and y.shape == (n, 3)
     # the sample's covariance is sigma_xx (to its sampling error, ~1/sqrt(n))
-    np.testing.assert_allclose(
-        np.cov(np.asarray(x).T, bias=True), problem.sigma_xx, atol=0.03
-    )
-    per_example = 0.5 * np.sum(
-        (np.asarray(x) @ np.asarray(product(params)).T - np.asarray(y)) ** 2,
-        axis=1,
-    )
-    mc = float(problem.sample_loss(params, (x, y)))
-    assert mc == pytest.approx(per_example.mean(), rel=1e-12)
+    np.testing.assert_allclose(np.cov(x.T, bias=True), problem.sigma_xx, atol=0.03)
+    W = np.asarray(params[2]) @ np.asarray(params[1]) @ np.asarray(params[0])
+    per_example = 0.5 * np.sum((x @ W.T - y) ** 2, axis=1)
+    assert float(mc) == pytest.approx(per_example.mean(), rel=1e-12)
     # 4 standard errors of the Monte-Carlo mean
-    stderr = per_example.std() / np.sqrt(n)
-    assert abs(mc - float(problem.loss(params))) < 4 * stderr
+    assert abs(float(mc) - float(exact)) < 4 * per_example.std() / np.sqrt(n)
 
 
 def test_gradient_against_finite_differences_and_the_product_rule():
-    rng = np.random.default_rng(3)
-    A = rng.standard_normal((4, 4))
-    problem = gf.problems.DeepLinear(
-        A @ A.T / 4 + np.eye(4), rng.standard_normal((3, 4)), (5, 2)
-    )
-    params = _random_point(problem, 0.7, 4)
-    grad = jax.grad(problem.loss)(params)
+    problem, params = _non_white(3)
+    grad, fd = _gradients(problem, params, 1e-5)
     # with respect to the product W = W3 W2 W1: G = W sigma_xx - sigma_yx, so
     # dL/dW1 = (W3 W2)^T G, dL/dW3 = G (W2 W1)^T
-    W1, W2, W3 = params
-    G = W3 @ W2 @ W1 @ problem.sigma_xx - problem.sigma_yx
+    W1, W2, W3 = (np.asarray(w) for w in params)
+    G = W3 @ W2 @ W1 @ np.asarray(problem.sigma_xx) - np.asarray(problem.sigma_yx)
     np.testing.assert_allclose(grad[0], (W3 @ W2).T @ G, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(grad[2], G @ (W2 @ W1).T, rtol=1e-12, atol=1e-14)
-    # central differences in every coordinate (step h: error O(h^2) times the
-    # third derivative, ~1e-10 here, far below the 1e-7 asked)
-    flat, unravel = jax.flatten_util.ravel_pytree(params)
-    h = 1e-5
-    steps = h * jnp.eye(flat.size)
-    loss = jax.jit(jax.vmap(lambda x: problem.loss(unravel(x))))
-    fd = (loss(flat + steps) - loss(flat - steps)) / (2 * h)
+    # central differences in every coordinate (step 1e-5: error O(h^2) times
+    # the third derivative, ~1e-10 here, far below the 1e-7 asked)
     exact = jax.flatten_util.ravel_pytree(grad)[0]
     np.testing.assert_allclose(fd, exact, rtol=1e-7, atol=1e-9)
 

@@ -198,6 +198,10 @@ class CommitteePlateau(eqx.Module):
     params: jnp.ndarray
 
 
+# one compilation per problem class and shape (not one per primitive)
+_loss = eqx.filter_jit(lambda problem, params: problem.loss(params))
+
+
 def _f_derivatives(z: float) -> tuple[float, float]:
     """$f'(z)$, $f''(z)$ of $f = \\frac2\\pi\\arcsin$."""
     root = math.sqrt(1 - z * z)
@@ -254,7 +258,7 @@ def committee_plateau(problem: Committee) -> CommitteePlateau:
         alpha=alpha,
         R=tau * alpha,
         Q=q,
-        loss=float(problem.loss(params)),
+        loss=float(_loss(problem, params)),
         rate=rate,
         multiplicity=(K - 1) * (M - 1),
         params=params,
