@@ -189,7 +189,14 @@ def mode_strength_figure(traj: Trajectory, *, title: str | None = None):
     ts = np.asarray(traj.ts)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     _shade(ax, traj.stages, labels=True)
-    grid = np.linspace(0.0, float(ts[-1]), 4000)
+    # linear time up to half as long again as the last mode took to be
+    # learnt (a flow that ends long after the learning is not squeezed left);
+    # Saxe's curves on a fine grid of that window (a save grid of a long flow
+    # is too coarse for a fast mode's rise)
+    unlearnt = np.flatnonzero((modes < 0.99 * s).any(axis=1))
+    last = float(ts[unlearnt[-1]]) if unlearnt.size else float(ts[-1])
+    right = min(float(ts[-1]), 1.5 * last) if last > 0 else float(ts[-1])
+    grid = np.linspace(0.0, right, 4000)
     for a in range(k):
         color = f"C{a % 10}"
         ax.plot(ts, modes[:, a] / s[a], color=color, lw=1.6,
@@ -198,11 +205,7 @@ def mode_strength_figure(traj: Trajectory, *, title: str | None = None):
             curve = saxe_mode_strength(grid, s[a], u0[a]) / s[a]
             ax.plot(grid, curve, color="k", lw=0.9, ls="--",
                     label=how if a == 0 else None)  # fmt: skip
-    # linear time up to half as long again as the last mode took to be
-    # learnt (a flow that ends long after the learning is not squeezed left)
-    unlearnt = np.flatnonzero((modes < 0.99 * s).any(axis=1))
-    last = float(ts[unlearnt[-1]]) if unlearnt.size else float(ts[-1])
-    ax.set_xlim(0, min(float(ts[-1]), 1.5 * last) if last > 0 else float(ts[-1]))
+    ax.set_xlim(0, right)
     ax.set_xlabel("gradient-flow time $t$")
     ax.set_ylabel(r"mode strength $u_a / s_a$")
     ax.legend(fontsize=7, frameon=False, loc="lower right")
