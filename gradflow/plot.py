@@ -656,3 +656,15 @@ __all__ = [
     "summary_figure",
     "sweep_summary",
 ]
+
+
+# The figures of the problems beyond the paper (deep linear network, committee
+# machine, any problem's summary) live in their own module.
+from ._problem_plots import (  # noqa: E402
+    committee_phase_diagram as committee_phase_diagram,
+    learning_time_figure as learning_time_figure,
+    mode_strength_figure as mode_strength_figure,
+    order_parameter_figure as order_parameter_figure,
+    plot_problem as plot_problem,
+    problem_summary_figure as problem_summary_figure,
+)

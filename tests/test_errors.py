@@ -97,6 +97,7 @@ def _params(d: int, m: int = 2, fill: float = 1e-2) -> gf.Params:
     )
 
 
+EYE2 = np.eye(2)
 P0 = _params(3)
 P0_NAN = gf.Params(
     np.array([[1e-2, np.nan, 1e-2], [1e-2, 1e-2, 1e-2]]), P0.W1, P0.WQ, P0.WK
@@ -992,6 +993,115 @@ CASES = [
         lambda f: gf.critical_points(f.traj, method="qr"),
         ValueError,
         r"method must be 'auto', 'dense' or 'lanczos', got 'qr'",
+    ),
+    # the problems beyond the paper (SPEC section 11)
+    Case(
+        "DeepLinear-sigma_xx-not-square",
+        lambda f: gf.problems.DeepLinear(np.ones((2, 3)), np.ones((2, 3)), (2,)),
+        ValueError,
+        r"sigma_xx must be a square matrix, got shape \(2, 3\)",
+    ),
+    Case(
+        "DeepLinear-sigma_xx-asymmetric",
+        lambda f: gf.problems.DeepLinear(
+            np.array([[1.0, 0.5], [0.2, 1.0]]), EYE2, (2,)
+        ),
+        ValueError,
+        r"sigma_xx must be symmetric, but sigma_xx\[0, 1\] = 0\.5 and "
+        r"sigma_xx\[1, 0\] = 0\.2",
+    ),
+    Case(
+        "DeepLinear-sigma_xx-not-positive-definite",
+        lambda f: gf.problems.DeepLinear(
+            np.array([[1.0, 2.0], [2.0, 1.0]]), EYE2, (2,)
+        ),
+        ValueError,
+        r"sigma_xx must be positive definite, got smallest eigenvalue -1",
+    ),
+    Case(
+        "DeepLinear-sigma_xx-non-finite",
+        lambda f: gf.problems.DeepLinear(np.diag([1.0, np.inf]), EYE2, (2,)),
+        ValueError,
+        r"sigma_xx has a non-finite entry at \(1, 1\): inf",
+    ),
+    Case(
+        "DeepLinear-sigma_yx-shape",
+        lambda f: gf.problems.DeepLinear(EYE2, np.ones((3, 4)), (2,)),
+        ValueError,
+        r"sigma_yx must have shape \(n_out, 2\) \(one column per input, as "
+        r"sigma_xx\), got shape \(3, 4\)",
+    ),
+    Case(
+        "DeepLinear-hidden-int",
+        lambda f: gf.problems.DeepLinear(EYE2, EYE2, 3),
+        TypeError,
+        r"hidden must be a tuple of hidden-layer widths, got 3 \(one hidden layer: "
+        r"hidden=\(3,\)\)",
+    ),
+    Case(
+        "DeepLinear-hidden-zero",
+        lambda f: gf.problems.DeepLinear(EYE2, EYE2, (2, 0)),
+        ValueError,
+        r"hidden must be a non-empty tuple of integers >= 1, got \(2, 0\)",
+    ),
+    Case(
+        "Committee-teacher-shape",
+        lambda f: gf.problems.Committee(np.ones(4), students=2),
+        ValueError,
+        r"teacher must be an \(M, N\) matrix \(one row per teacher unit\), got "
+        r"shape \(4,\)",
+    ),
+    Case(
+        "Committee-teacher-non-finite",
+        lambda f: gf.problems.Committee(np.array([[1.0, np.nan]]), students=2),
+        ValueError,
+        r"teacher has a non-finite entry at \(0, 1\): nan",
+    ),
+    Case(
+        "Committee-students",
+        lambda f: gf.problems.Committee(EYE2, students=0),
+        ValueError,
+        r"students must be >= 1, got students = 0",
+    ),
+    Case(
+        "Committee-activation",
+        lambda f: gf.problems.Committee(EYE2, students=2, activation="relu"),
+        ValueError,
+        r"activation must be one of \('erf',\) \(the activations with a closed-form "
+        r"loss\), got 'relu'",
+    ),
+    Case(
+        "balanced_start-u0",
+        lambda f: gf.theory.balanced_start(
+            gf.problems.DeepLinear(EYE2, EYE2, (2,)), -1.0
+        ),
+        ValueError,
+        r"u0 must be positive and finite, got -1\.0",
+    ),
+    Case(
+        "deep_linear_saddle-k",
+        lambda f: gf.theory.deep_linear_saddle(
+            gf.problems.DeepLinear(EYE2, EYE2, (2,)), 3
+        ),
+        ValueError,
+        r"k must be an integer in \[0, 2\], got k = 3",
+    ),
+    Case(
+        "deep_linear_saddle_rate-sigma_xx",
+        lambda f: gf.theory.deep_linear_saddle_rate(
+            gf.problems.DeepLinear(np.diag([1.0, 2.0]), EYE2, (2,)), 0
+        ),
+        ValueError,
+        r"deep_linear_saddle_rate is derived for sigma_xx = I",
+    ),
+    Case(
+        "committee_plateau-teacher",
+        lambda f: gf.theory.committee_plateau(
+            gf.problems.Committee(np.diag([1.0, 2.0]), students=2)
+        ),
+        ValueError,
+        r"the closed form is derived for an isotropic teacher \(orthogonal rows of one "
+        r"norm, T = tau\^2 I\), got T with diagonal \[1\.0, 4\.0\]",
     ),
 ]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .problems import add_problem_arguments, run_problem
 from .sgd import (
     add_model_arguments,
     add_text_arguments,
@@ -70,6 +71,7 @@ def register(subparsers) -> None:
     _add_flow_arguments(p)
     _add_checkpoint_arguments(p)
     _add_output_arguments(p)
+    add_problem_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -284,6 +286,8 @@ def format_stage_table(stages) -> str:
 
 
 def run(args) -> int:
+    if args.problem is not None:  # any other problem: gradflow/_cli/problems.py
+        return run_problem(args)
     import gradflow as gf
 
     interrupted = None

@@ -254,12 +254,13 @@ class Curves:
 
 
 def plateau_intervals(
-    c: Curves, speed: np.ndarray, th: StageThresholds
+    c: Curves, speed: np.ndarray, th: StageThresholds, *, start_still: bool = True
 ) -> tuple[list[tuple[Point, Point | None]], Point | None]:
     """Hysteresis on the speed: `[(entry, escape or None)]` of every plateau
-    entered after the start, and the first escape (a flow starts still, on
-    the plateau it leaves first)."""
-    out, in_saddle, pos = [], True, (0, -1.0)
+    entered after the start, and the first escape (a flow that starts still
+    starts on the plateau it leaves first; with `start_still=False`, one
+    already moving, there is no first escape: `None`)."""
+    out, in_saddle, pos = [], start_still, (0, -1.0)
     first_escape = None
     entry = None
     while True:
@@ -335,10 +336,13 @@ def generic_stages(
 
     - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
       fall per unit $\log t$ against the loss scale $\ell$) falling through
-      `entry_speed` to its rising through `escape_speed`; a flow starts still,
-      so the first plateau starts at `ts[0]`;
+      `entry_speed` to its rising through `escape_speed`; a flow that starts
+      still (a small start near a critical point) starts on its first
+      plateau, at `ts[0]`;
     - `drop`: from a plateau's end to the next plateau's start (or the last
-      save);
+      save); a flow whose speed at the start is already above `escape_speed`
+      (a start that is no critical point: the soft committee machine's
+      origin) begins with a drop, of cycle 0;
     - `rank`: for every observation `sv<path>` (the singular values of a
       matrix parameter, as the default [`gradflow.Problem.observe`][] saves
       them), each time the number of them above `rank_tol` times the largest
@@ -356,9 +360,13 @@ def generic_stages(
         return ()
     c = Curves(ts, {}, th.rate_window)
     speed = -c.rate(loss) / max(float(loss_scale), 1e-300)
-    later, first_escape = plateau_intervals(c, speed, th)
-    plateaus = [((0, 0.0), first_escape)] + later
+    still = bool(speed[0] <= th.escape_speed)
+    later, first_escape = plateau_intervals(c, speed, th, start_still=still)
+    plateaus = [((0, 0.0), first_escape)] + later if still else later
     out = []
+    if not still:
+        end = plateaus[0][0] if plateaus else None
+        out.append(_stage(c, loss, "drop", cycle=0, a=(0, 0.0), b=end))
     for k, (a, b) in enumerate(plateaus, start=1):
         out.append(_stage(c, loss, "plateau", cycle=k, a=a, b=b))
         if b is None:
@@ -371,7 +379,9 @@ def generic_stages(
             for r in _rank_changes(
                 c, loss, key[2:], np.asarray(value, np.float64)[:n], th.rank_tol
             ):
-                cycle = max(1, (np.searchsorted(starts, r.t_start, "right") + 1) // 2)
+                # the cycle of the plateau or drop the record falls in
+                j = int(np.searchsorted(starts, r.t_start, "right"))
+                cycle = out[max(j - 1, 0)].cycle
                 out.append(dataclasses.replace(r, cycle=int(cycle)))
     order = {"plateau": 0, "drop": 1, "rank": 2}
     return tuple(sorted(out, key=lambda s: (s.t_start, order[s.name])))

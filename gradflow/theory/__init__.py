@@ -19,7 +19,9 @@ $\hat u = u/|u|$. The derivations are in `docs/theory.md`; in short:
 The work lives in one private module per concept: `_linearize` (flat views of
 the loss, Hessian, Lanczos, `linearize`), `_critical` (plateaus, refinement,
 `critical_points`), `_continuation` (continuation in a chain parameter),
-`_predictions` (closed forms) and `_report` (`theory_report`).
+`_predictions` (closed forms), `_problems` (the closed forms of the literature
+for the deep linear network and the soft committee machine) and `_report`
+(`theory_report`).
 """
 
 from ._continuation import (
@@ -51,6 +53,16 @@ from ._predictions import (
     unigram_point as unigram_point,
     unstable_amplitude as unstable_amplitude,
 )
+from ._problems import (
+    CommitteePlateau as CommitteePlateau,
+    balanced_start as balanced_start,
+    committee_plateau as committee_plateau,
+    deep_linear_saddle as deep_linear_saddle,
+    deep_linear_saddle_rate as deep_linear_saddle_rate,
+    doubly_centred as doubly_centred,
+    saxe_learning_time as saxe_learning_time,
+    saxe_mode_strength as saxe_mode_strength,
+)
 from ._report import (
     flank_rate as flank_rate,
     format_report as format_report,
@@ -60,11 +72,17 @@ from ._report import (
 
 
 __all__ = [
+    "CommitteePlateau",
     "CriticalPoint",
     "Linearization",
+    "balanced_start",
     "classify",
+    "committee_plateau",
     "continue_critical_point",
     "critical_points",
+    "deep_linear_saddle",
+    "deep_linear_saddle_rate",
+    "doubly_centred",
     "eigen_clusters",
     "flank_rate",
     "flatten_params",
@@ -79,6 +97,8 @@ __all__ = [
     "param_shapes",
     "plateaus",
     "refine_critical_point",
+    "saxe_learning_time",
+    "saxe_mode_strength",
     "subspace_overlap",
     "theory_report",
     "track_cluster",
