@@ -49,7 +49,7 @@ TOP, RARE, LAM = (
     0.5,
 )  # the main scenario: pi(delta) = (TOP, RARE(1+delta), RARE, RARE(1-delta))
 SMALL_DELTA = 0.05  # the small-delta range of the log-log fits of claim 4
-SIGNIFICANT = 0.01  # an entropy swing counts when it exceeds 1 % of H(pi)
+SIGNIFICANT = 0.01  # an entropy fall or rise counts when it is at least 1 % of H(pi)
 GROUPS = ("condensation", "focus", "dilution", "new_direction", "cycles", "text")
 
 

@@ -5,7 +5,9 @@
   tolerance) must be the one the page reports, so a claim that stops holding,
   or starts to, fails here. The runs are computed once for the module.
 - Slow tier: the same on `sticky(6, 0.5, 0.5, 0.05)`, and the real-text rows.
-- `gf.chains.from_pi`, the constructor of the main scenario's chain.
+- `gf.chains.from_pi`, the constructor of the main scenario's chain, and the
+  rank-one manifold of `gradflow/theory/_paper.py` (its invariance at a random
+  point, exactly).
 """
 
 import importlib.util
@@ -14,10 +16,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradflow as gf
+from gradflow import theory
+
+# not public: the measurements of docs/paper.md
+from gradflow.theory import _paper as pm
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +134,51 @@ def test_from_pi_renormalises_round_off_only():
         ValueError, match=r"pi must sum to 1, got sum\(pi\) = 1\.00000002"
     ):
         gf.chains.from_pi([0.5, 0.5 + 2e-8], 0.3)
+
+
+# ------------------------------------------- the rank-one manifold (theory)
+
+
+def _random_point(seed=0, m=5, d=4):
+    rng = np.random.default_rng(seed)
+    shapes = ((m, d), (d, m), (m, m), (m, m))
+    return gf.Params(*(jnp.asarray(rng.standard_normal(s)) for s in shapes))
+
+
+def test_gauge_keeps_the_loss_and_projection_lands_on_the_manifold():
+    chain = gf.chains.from_pi([0.7, 0.12, 0.1, 0.08], 0.5)
+    p = _random_point()
+    loss = float(gf.population_loss(p, chain))
+    assert abs(float(gf.population_loss(pm.manifold_gauge(p), chain)) - loss) < 1e-12
+    assert pm.manifold_distance(p) > 0.1
+    on = pm.onto_manifold(p)
+    assert pm.manifold_distance(on) < 1e-13
+    assert np.all(np.asarray(on.W0)[1:] == 0) and np.all(np.asarray(on.WQ)[:, 1:] == 0)
+
+
+def test_the_gradient_on_the_manifold_has_no_component_off_it():
+    """The invariance of docs/paper.md's claim 3, at a random point of the
+    manifold: -grad L has exactly zero off-manifold coordinates, and the
+    tangent basis is orthonormal and holds the gradient."""
+    chain = gf.chains.from_pi([0.7, 0.12, 0.1, 0.08], 0.5)
+    on = pm.onto_manifold(_random_point(seed=1))
+    grad = np.asarray(theory.flatten_params(jax.grad(gf.population_loss)(on, chain)))
+    mask = pm.manifold_mask(5, 4)
+    assert np.abs(grad[mask]).max() > 1e-3
+    assert np.all(grad[~mask] == 0.0)
+    T = pm.tangent_basis(on)
+    np.testing.assert_allclose(T @ T.T, np.eye(T.shape[0]), atol=1e-12)
+    assert np.linalg.norm(grad - T.T @ (T @ grad)) < 1e-12 * np.linalg.norm(grad)
+
+
+def test_score_alignment_and_linear_solution_at_zero_time():
+    pi = np.array([0.7, 0.12, 0.1, 0.08])
+    assert pm.score_alignment(-3.0 * np.outer(pi, pi), pi) == pytest.approx(-1.0)
+    chain = gf.chains.from_pi(pi, 0.5)
+    origin = theory.origin_point(gf.Model(), 4, 3)
+    lin = gf.linearize(chain, origin, method="dense")
+    start = _random_point(seed=2, m=3)
+    x = pm.linear_solution(lin, origin, start, np.array([0.0]))
+    np.testing.assert_allclose(
+        x[0], np.asarray(theory.flatten_params(start)), atol=1e-12
+    )
