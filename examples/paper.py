@@ -599,8 +599,7 @@ def blocks_at(problem, point) -> dict:
 
 
 def _saddle_rows(study: Study, key: str) -> list[Row]:
-    problem = study.flow(key).problem
-    chain = problem.chain
+    problem, chain = study.flow(key).problem, study.flow(key).chain
     rows = []
     refined = study.unigram(key).params
     q = float(np.linalg.norm(refined.WQ) * np.linalg.norm(refined.WK))
@@ -852,7 +851,7 @@ def split_modes(lin, point) -> dict:
     T = pm.tangent_basis(point)
     N = np.linalg.svd(np.eye(J.shape[0]) - T.T @ T)[0][:, : J.shape[0] - T.shape[0]].T
     leak = float(np.abs(N @ J @ T.T).max())  # 0 when both are invariant
-    out = {"top": float(lin.eigenvalues[0]), "tol": float(lin.tol), "leak": leak}
+    out: dict = {"top": float(lin.eigenvalues[0]), "tol": float(lin.tol), "leak": leak}
     for name, B in (("tangential", T), ("transverse", N)):
         ev = np.sort(np.linalg.eigvalsh(B @ J @ B.T))[::-1]
         clusters = [c for c in theory.eigen_clusters(ev) if ev[c[0]] > EIG_FLOOR]
@@ -1238,7 +1237,7 @@ def measure(study: Study, groups=GROUPS) -> dict[str, list[Row]]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--fast",
         action="store_true",

@@ -42,7 +42,7 @@ def score_matrix(params: Params) -> np.ndarray:
 
 
 def score_alignment(
-    scores: Float[Array, "... d d"], pi: Float[Array, " d"]
+    scores: Float[Array | np.ndarray, "... d d"], pi: Float[Array | np.ndarray, " d"]
 ) -> np.ndarray:
     r"""The cosine (Frobenius) of $S$ with $\pi\pi^\top$, one per leading index:
     $\langle S, \pi\pi^\top\rangle / (|S|\,|\pi|^2)$; $+1$ when the scores rise
@@ -147,7 +147,7 @@ def tangent_shares(lin: Linearization, params: Params) -> np.ndarray:
 
 
 def linear_solution(
-    lin: Linearization, point, start, ts: Float[Array, " t"]
+    lin: Linearization, point, start, ts: Float[Array | np.ndarray, " t"]
 ) -> np.ndarray:
     r"""The flow linearised at `point` and solved in closed form:
     $\theta_{lin}(t) = \theta^* + V e^{\Lambda t} V^\top (\theta_0 - \theta^*)$,
