@@ -14,6 +14,7 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 
 import numpy as np
 
+from ._core.errors import show
 from ._core.validate import check_integer, check_number, check_seed
 from .problems._markov.chain import MarkovChain
 
@@ -187,10 +188,63 @@ def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovC
     return MarkovChain(P / P.sum(axis=1, keepdims=True))
 
 
+def from_pi(pi, lam: float = 0.5) -> MarkovChain:
+    r"""The paper's chain for a stationary law of your choice:
+    $P = \lambda I + (1 - \lambda)\,\mathbf{1}\pi^\top$.
+
+    Each next token repeats the current one with probability $\lambda$ and is
+    otherwise drawn afresh from $\pi$, so $\pi$ is stationary ($\pi P = \pi$)
+    for every $\lambda$. [`sticky`][gradflow.chains.sticky] is this chain with
+    its own one-frequent-token $\pi$; here $\pi$ is yours (for example a
+    strongly skewed one, `[0.7, 0.12, 0.1, 0.08]`, the main scenario of
+    `docs/paper.md`).
+
+    **Arguments:**
+
+    - `pi`: the stationary distribution, a 1-D sequence of at least 2
+      probabilities, each > 0, summing to 1 (to 1e-8; then renormalised).
+    - `lam`: the probability $\lambda$ of repeating the current token, in
+      [0, 1) (`lam = 0`: i.i.d. tokens).
+
+    **Returns:** a [`gradflow.MarkovChain`][] with `P` as above and `pi` as given.
+
+    **Example:** `gf.chains.from_pi([0.7, 0.12, 0.1, 0.08], lam=0.5)`
+    """
+    if isinstance(pi, (str, bytes)) or pi is None or np.ndim(pi) == 0:
+        raise TypeError(
+            f"pi must be a 1-D sequence of probabilities, got pi = {show(pi)}"
+        )
+    try:
+        array = np.asarray(pi, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"pi must be a 1-D sequence of probabilities, got pi = {show(pi)}"
+        ) from None
+    if array.ndim != 1 or array.size < 2:
+        raise ValueError(
+            f"pi must be 1-D with at least 2 entries, got shape {array.shape}"
+        )
+    bad = np.flatnonzero(~np.isfinite(array) | (array <= 0))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(
+            f"pi must be finite and > 0 everywhere, got pi[{k}] = {array[k]}"
+        )
+    total = float(array.sum())
+    if abs(total - 1.0) > 1e-8:
+        raise ValueError(
+            f"pi must sum to 1, got sum(pi) = {total:.10g}; pass pi / sum(pi)"
+        )
+    lam = _check_open_unit("lam", lam, low_closed=True)
+    array = array / total
+    return MarkovChain(_sticky_matrix(array, lam), pi=array)
+
+
 from .text._encode import from_text as from_text  # noqa: E402
 
 
 __all__ = [
+    "from_pi",
     "from_text",
     "gaussian_logits",
     "random",

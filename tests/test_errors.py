@@ -397,6 +397,42 @@ CASES = [
         ValueError,
         r"d must be at least 2, got d = 1",
     ),
+    Case(
+        "from_pi-string",
+        lambda f: gf.chains.from_pi("skewed", 0.5),
+        TypeError,
+        r"pi must be a 1-D sequence of probabilities, got pi = 'skewed'",
+    ),
+    Case(
+        "from_pi-shape",
+        lambda f: gf.chains.from_pi([[0.5, 0.5]], 0.5),
+        ValueError,
+        r"pi must be 1-D with at least 2 entries, got shape \(1, 2\)",
+    ),
+    Case(
+        "from_pi-zero",
+        lambda f: gf.chains.from_pi([0.7, 0.3, 0.0], 0.5),
+        ValueError,
+        r"pi must be finite and > 0 everywhere, got pi\[2\] = 0\.0",
+    ),
+    Case(
+        "from_pi-sum",
+        lambda f: gf.chains.from_pi([0.7, 0.2, 0.2], 0.5),
+        ValueError,
+        r"pi must sum to 1, got sum\(pi\) = 1\.1",
+    ),
+    Case(
+        "from_pi-lam",
+        lambda f: gf.chains.from_pi([0.7, 0.3], lam=1.0),
+        ValueError,
+        r"lam must lie in \[0, 1\), got lam = 1\.0",
+    ),
+    Case(
+        "from_pi-lam-string",
+        lambda f: gf.chains.from_pi([0.7, 0.3], lam="half"),
+        TypeError,
+        r"lam must be a number, got lam = 'half'",
+    ),
     # --------------------------------------------------- init_params, Params
     Case(
         "init_params-width",
