@@ -155,7 +155,7 @@ def test_cli_bad_input(tmp_path, capsys):
     assert code == 2
     assert "row 0 of transition matrix P sums to" in capsys.readouterr().err
     assert main(["run", "--init-scale", "-1", "--out", str(tmp_path)]) == 2
-    assert "init_scale must be finite and > 0, got -1.0" in capsys.readouterr().err
+    assert "--init-scale must be finite and > 0, got -1.0" in capsys.readouterr().err
 
 
 def _cli(*args):
