@@ -130,11 +130,14 @@ def make_files(folder) -> types.SimpleNamespace:
     """Writes the files the load and text cases read into `folder`: a real saved
     trajectory and SGD run, and broken or foreign variants of them.
 
-    The trajectory is solved (a tiny flow); the SGD-run file is written by
-    `SGDRun.save` from that trajectory's arrays (its contents do not matter,
-    only that it is a genuine SGD-run file)."""
+    The trajectory is solved (a tiny flow, with Tsit5: its solve compiles in
+    about half the time of the default solver's, and only the file matters);
+    the SGD-run file is written by `SGDRun.save` from that trajectory's arrays
+    (its contents do not matter, only that it is a genuine SGD-run file)."""
     folder = Path(folder)
-    traj = gf.integrate(S3, 1e-2, width=2, t1=5.0, stages=False, progress=False)
+    traj = gf.integrate(
+        S3, 1e-2, width=2, t1=5.0, stages=False, solver="tsit5", progress=False
+    )
     good = traj.save(folder / "trajectory.npz")
     raw = good.read_bytes()
     f = types.SimpleNamespace(folder=folder, good=good, traj=gf.load(good))

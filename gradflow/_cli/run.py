@@ -276,7 +276,7 @@ def run(args) -> int:
     if not args.no_figures:
         from .. import plot
 
-        written += [p.name for p in plot.plot_all(traj, out)]
+        written += [p.name for p in plot.plot_all(traj, out, title=description)]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

@@ -114,9 +114,14 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
         color = "C3" if cp.kind == "saddle" else "C2"
         face = color if cp.converged else "none"
         ax0.plot(t, cp.loss, "o", ms=6, color=color, mfc=face)
-    ax0.plot([], [], "o", color="C3", label="refined saddle")
-    ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
-    ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
+    # legend entries only for the markers drawn
+    kinds = {cp.kind == "saddle" for cp in points}
+    if True in kinds:
+        ax0.plot([], [], "o", color="C3", label="refined saddle")
+    if False in kinds:
+        ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
+    if any(not cp.converged for cp in points):
+        ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
     ax0.set_ylabel("population loss")
     ax0.legend(fontsize=7, loc="lower left")
     ax1.loglog(ts[keep], traj.grad_norm[keep], color="k", lw=1.2, label=r"$|\nabla L|$")
