@@ -272,7 +272,7 @@ def run(args) -> int:
         )
     )
     print(format_stage_table(traj.stages))
-    written = ["trajectory.npz", "stages.csv", "events.csv"]
+    written = ["trajectory.npz", "stages.csv", "events.csv", "command.json"]
     if not args.no_figures:
         from .. import plot
 
