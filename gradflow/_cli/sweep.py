@@ -126,14 +126,14 @@ def register(subparsers) -> None:
     p.add_argument(
         "--solver",
         default=None,
-        help="solver name (see gradflow.SOLVERS) (default: gradflow's default, "
-        "ros34pw2)",
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, "
+        "gradflow's)",
     )
     p.add_argument(
         "--rtol",
         type=float,
         default=None,
-        help="relative tolerance (default: the solver's, 1e-5 for ros34pw2)",
+        help="relative tolerance (default: the solver's, 1e-05 for ros34pw2)",
     )
     p.add_argument(
         "--atol",
