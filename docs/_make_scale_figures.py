@@ -5,8 +5,8 @@
 
 runs the three commands of `RUNS` (`gradflow run ... --no-figures`, the
 trajectory into `DIR/d<d>`, a temporary folder without `--keep`; a run whose
-`command.json` there holds the same command is read back instead of solved
-again) and writes `docs/figures/scale_d<d>_{summary,embeddings_pca,attention}.png`
+`command.json` there holds the same command, up to `--out`, `--no-progress`
+and `--no-figures`, is read back instead of solved again) and writes `docs/figures/scale_d<d>_{summary,embeddings_pca,attention}.png`
 with `gradflow.plot`, titled as `gradflow run` titles them. The d = 512 run
 takes several minutes on a 2-core CPU.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {
-    6: ["run"],
+    6: ["run", "--t1", "5000"],
     64: ["run", "--text", "builtin", "--vocab-size", "64", "--t1", "2000"],
     512: ["run", "--text", "builtin", "--vocab-size", "512", "--t1", "800",
           "--num-saves", "200"],
@@ -33,12 +33,26 @@ def _trajectory(d: int, folder: Path):
     out = folder / f"d{d}"
     argv = [*RUNS[d], "--no-progress", "--no-figures", "--out", str(out)]
     done = out / "command.json"
-    if not (done.exists() and json.loads(done.read_text())["argv"][:-1] == argv[:-1]):
+    if not (done.exists() and _solved(json.loads(done.read_text())["argv"]) == RUNS[d]):
         if main(argv) != 0:
             raise SystemExit(f"gradflow {' '.join(argv)} failed")
         # the command as run (main() records sys.argv, not its argument)
         done.write_text(json.dumps({"argv": argv}, indent=1))
     return gf.load(out / "trajectory.npz")
+
+
+def _solved(argv: list[str]) -> list[str]:
+    """A `gradflow run` command line without the flags that do not change
+    the trajectory (`--out DIR`, `--no-progress`, `--no-figures`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif a not in ("--no-progress", "--no-figures"):
+            out.append(a)
+    return out
 
 
 def _title(d: int) -> str:
