@@ -89,8 +89,7 @@ def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--solver",
         default=None,
-        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, "
-        "gradflow's)",
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
     )
     g.add_argument(
         "--rtol",

@@ -126,8 +126,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--solver",
         default=None,
-        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, "
-        "gradflow's)",
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
     )
     p.add_argument(
         "--rtol",
