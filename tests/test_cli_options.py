@@ -91,3 +91,14 @@ def test_negative_numbers_are_values_and_flags_are_not_guessed():
     assert args.lr == -20.0
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--vocab", "3"])  # not --vocab-size
+
+
+def test_sweep_checkpoint_path_per_group():
+    # an internal: where each (d, width) group of a sweep keeps its checkpoint
+    from gradflow._cli.sweep import _checkpoint_path
+
+    args = build_parser().parse_args(["sweep", "--checkpoint", "runs/sw.ckpt.npz"])
+    assert str(_checkpoint_path(args, 6, 8, several=False)) == "runs/sw.ckpt.npz"
+    assert str(_checkpoint_path(args, 6, 8, several=True)) == "runs/sw.ckpt_d6_w8.npz"
+    args = build_parser().parse_args(["sweep"])
+    assert _checkpoint_path(args, 6, 8, several=True) is None

@@ -310,6 +310,8 @@ def _summary_lines(run, chain, width: int, summary: dict) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    import jax
+    import numpy as np
     import optax
 
     import gradflow as gf
@@ -329,8 +331,8 @@ def main(args: argparse.Namespace) -> int:
         }[args.optimizer]
         model = model_from_args(args)
         # the random start drawn by train_sgd (after its checks, so bad input
-        # is refused before anything is compiled); the flow below draws the
-        # same one from the same seed
+        # is refused before anything is compiled); the flow below starts from
+        # the run's first saved point
         run = gf.train_sgd(
             source,
             init_scale=args.init_scale,
@@ -390,12 +392,12 @@ def main(args: argparse.Namespace) -> int:
         summary["saved"] = str(saved)
     if args.flow:
         try:
+            # the flow from the run's own start (in float64: with --dtype
+            # float32 the run drew its start in float32)
+            start = jax.tree.map(lambda x: np.asarray(x, np.float64), run.at(0))
             traj = gf.integrate(
                 chain,
-                args.init_scale,
-                width=args.width,
-                model=model,
-                seed=args.seed,
+                params=start,
                 t1=float(run.ts[-1]),
                 ts=run.ts,
                 progress=not args.no_progress,
