@@ -1,9 +1,10 @@
-"""Regenerates the table of `docs/errors.md` from the cases of
-`tests/test_errors.py`, by running each bad call and copying its message.
+"""Regenerates the tables of `docs/errors.md` from the cases of
+`tests/test_errors.py`, by running each bad call (`CASES`) and each bad
+command line (`CLI_CASES`) and copying its message.
 
     PYTHONPATH=. python docs/_make_errors_table.py
 
-The table lies between the two marker lines of `docs/errors.md`; the rest of
+Each table lies between its two marker lines of `docs/errors.md`; the rest of
 the page is written by hand. Paths of the temporary files show as `<tmp>`.
 """
 
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "errors.md"
 BEGIN = "<!-- BEGIN GENERATED TABLE (docs/_make_errors_table.py) -->"
 END = "<!-- END GENERATED TABLE -->"
+CLI_BEGIN = "<!-- BEGIN GENERATED CLI TABLE (docs/_make_errors_table.py) -->"
+CLI_END = "<!-- END GENERATED CLI TABLE -->"
 
 
 def _call_texts(source: str) -> dict[str, str]:
@@ -69,11 +72,45 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def cli_table() -> str:
+    """The command-line cases: the command as typed and the line it prints."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_errors
+
+    from gradflow.cli import main
+
+    rows = ["| case | command | stderr |", "| --- | --- | --- |"]
+    with tempfile.TemporaryDirectory() as folder:
+        files = test_errors.make_files(folder)
+        prefix = str(Path(folder))
+        for case in test_errors.CLI_CASES:
+            argv = case.argv(files)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code = main(argv)
+            line = err.getvalue().strip()
+            if code != 2 or "\n" in line:
+                raise SystemExit(f"case {case.id}: exit {code}: {line!r}")
+            command = " ".join(["gradflow", *argv]).replace(prefix, "<tmp>")
+            rows.append(
+                f"| {case.id} | {_cell(command)} | {_cell(line.replace(prefix, '<tmp>'))} |"
+            )
+    return "\n".join(rows)
+
+
+def _replace(page: str, begin: str, end: str, body: str) -> str:
+    head, rest = page.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def main() -> None:
-    page = PAGE.read_text()
-    head, rest = page.split(BEGIN)
-    _, tail = rest.split(END)
-    PAGE.write_text(f"{head}{BEGIN}\n{table()}\n{END}{tail}")
+    page = _replace(PAGE.read_text(), BEGIN, END, table())
+    page = _replace(page, CLI_BEGIN, CLI_END, cli_table())
+    PAGE.write_text(page)
     print(f"wrote {PAGE}")
 
 

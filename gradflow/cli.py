@@ -16,7 +16,9 @@ _COMMANDS: tuple[str, ...] = ("run", "sgd", "sweep", "theory")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from ._cli.common import Parser
+
+    parser = Parser(
         prog="gradflow",
         description=(
             "Population gradient flow of a one-layer Transformer on Markov-chain "

@@ -12,7 +12,11 @@ r"""Figures of a trajectory and its stages (matplotlib; PNG and PDF).
   `stem.pdf`.
 
 They read a [`gradflow.Trajectory`][] from
-[`gradflow.integrate_stages`][] (its `extras` hold the diagnostics).
+[`gradflow.integrate_stages`][] (its `extras` hold the diagnostics), and scale
+with the vocabulary: tokens are named by their labels (the words, characters or
+BPE pieces of a text), legends list the `TOP_TOKENS` most frequent tokens (by
+$\pi$) and group the rest, and every legend sits beside its panel, never on
+its curves.
 """
 
 import math
@@ -24,17 +28,29 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
+from ._core.threads import limited_blas_threads
 from ._engine.result import Trajectory
 from .problems._markov.chain import entropy_bounds
 from .problems._markov.model import attention_summary
 
 
+# One colour per stage kind, told apart at a glance (plateaus blue, not the
+# grey of condensation).
 STAGE_COLORS = {
-    "condensation": "#9e9e9e",
+    "condensation": "#8d8d8d",
     "focus": "#ff9f1c",
     "dilution": "#2ec4b6",
     "new_direction": "#7b2cbf",
+    "plateau": "#4d96ff",
+    "drop": "#e63946",
+    "rank": "#6a994e",
 }
+# Tokens named in a legend or drawn in colour: the most frequent by pi; the
+# others are drawn thin and grey under one legend entry.
+TOP_TOKENS = 8
+# Attention heat maps show every token up to this d, else the TOP_ATTENTION
+# most frequent queries and keys and one column for the other keys together.
+TOP_ATTENTION = 16
 _BOUNDARY_EVENTS = (
     "saddle_entry",
     "focus_start",
@@ -42,6 +58,7 @@ _BOUNDARY_EVENTS = (
     "new_direction_start",
     "new_direction_end",
 )
+_LEVEL_STYLES = (("log_d", r"$\log d$", ":"), ("unigram", r"$H(\pi)$", "--"))
 
 
 def _pyplot():
@@ -66,8 +83,44 @@ def _require(traj: Trajectory, *keys: str) -> None:
         )
 
 
+def token_label(chain, k: int) -> str:
+    """Token `k`'s name as a figure shows it: its label (a word, a character
+    or a BPE piece, with spaces and line breaks made visible), or its index."""
+    label = chain.label(k)
+    if chain.tokens is None:
+        return label
+    shown = label.replace("\n", "\\n").replace("\t", "\\t")
+    if shown != shown.strip() or not shown:
+        shown = repr(label)
+    return shown if len(shown) <= 14 else shown[:13] + "…"
+
+
 def _labels(traj: Trajectory) -> list[str]:
-    return [traj.chain.label(k) for k in range(traj.chain.d)]
+    return [token_label(traj.chain, k) for k in range(traj.chain.d)]
+
+
+def top_tokens(chain, k: int = TOP_TOKENS) -> np.ndarray:
+    """The `k` most frequent tokens (largest $\\pi$ first)."""
+    return np.argsort(-np.asarray(chain.pi), kind="stable")[:k]
+
+
+def describe_chain(chain) -> str:
+    """A short name of a chain for titles: its size and, for a text, its first
+    tokens."""
+    if chain.tokens is None:
+        pi = np.asarray(chain.pi)
+        return f"chain of d = {chain.d} tokens (largest pi {pi.max():.3g})"
+    first = ", ".join(token_label(chain, int(k)) for k in top_tokens(chain, 3))
+    return f"bigram chain of a text, d = {chain.d} tokens ({first}, ...)"
+
+
+def _title(traj: Trajectory, what: str, title: str | None) -> str:
+    s = traj.settings
+    run = (
+        f"width {s.get('width')}, init scale {s.get('init_scale')}, "
+        f"seed {s.get('seed')}"
+    )
+    return f"{what}\n{title or describe_chain(traj.chain)}; {run}"
 
 
 def _positive_time(traj: Trajectory):
@@ -79,8 +132,16 @@ def _stage_label(stage) -> str:
     return stage.name.replace("_", " ")
 
 
+def _legend_beside(ax, **kwargs) -> None:
+    """A legend to the right of `ax`, off its curves (the constrained layout
+    keeps it inside the figure)."""
+    kwargs.setdefault("fontsize", 7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kwargs)
+
+
 def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> None:
-    """Shades each stage's time interval on `ax` in its stage colour."""
+    """Shades each stage's time interval on `ax` in its stage colour (one
+    legend entry per stage kind with `labels`)."""
     seen = set()
     for s in stages:
         t0, t1 = s.t_start, s.t_end
@@ -102,8 +163,46 @@ def shade_stages(ax, stages, *, labels: bool = False, alpha: float = 0.18) -> No
         )
 
 
+def _mark_cycles(ax, stages, t_lo: float) -> None:
+    """Writes `name c` (c: the cycle) at the start of each stage that is not a
+    plateau, along the top of `ax`."""
+    for s in stages:
+        if s.name == "plateau" or not np.isfinite(s.t_start):
+            continue
+        ax.text(
+            max(s.t_start, t_lo), 0.98, f" {_stage_label(s)} {s.cycle}",
+            transform=ax.get_xaxis_transform(), rotation=90, va="top",
+            ha="left", fontsize=6, color=STAGE_COLORS.get(s.name, "0.3"),
+        )  # fmt: skip
+
+
+def _token_lines(ax, x, values, traj: Trajectory, *, ls="-", lw=1.2, label=True):
+    """One line per token (`values[:, k]` against `x`, or `x[:, k]` when `x`
+    has a token axis too): the `TOP_TOKENS` most frequent in colour (named),
+    the others thin and grey under one legend entry."""
+    labels = _labels(traj)
+    pi = np.asarray(traj.chain.pi)
+    top = top_tokens(traj.chain)
+    rest = np.setdiff1d(np.arange(traj.chain.d), top)
+    x = np.asarray(x)
+
+    def xs(k):
+        return x[:, k] if x.ndim == 2 else x
+
+    for k in rest:
+        first = label and k == rest[0]
+        name = f"the other {rest.size} tokens" if first else None
+        ax.plot(xs(k), values[:, k], color="0.6", lw=0.5, alpha=0.6, ls=ls, label=name)
+    for j, k in enumerate(top):
+        name = f"{labels[k]} (π = {pi[k]:.3f})" if label else None
+        ax.plot(xs(k), values[:, k], color=f"C{j}", lw=lw, ls=ls, label=name)
+
+
 def summary_figure(traj: Trajectory, *, title: str | None = None):
-    r"""The summary figure: six panels sharing a log-time axis, stages shaded.
+    r"""The summary figure: six panels sharing a log-time axis, stages shaded
+    in their colours and marked with their cycle, legends beside the panels.
+    `title` names the chain or corpus (default: the chain's size and first
+    tokens); the run's width, init scale and seed follow it.
 
     **Returns:** a matplotlib `Figure`.
     """
@@ -116,63 +215,42 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
         for k, v in traj.extras.items()
         if not k.startswith("event_")
     }
-    loss = np.asarray(traj.loss)[idx]
     levels = entropy_bounds(traj.chain)
-    labels = _labels(traj)
-    d = traj.chain.d
-    fig, axes = plt.subplots(6, 1, figsize=(9, 15), sharex=True)
+    fig, axes = plt.subplots(6, 1, figsize=(11, 15), sharex=True, layout="constrained")
+    for ax in axes:
+        shade_stages(ax, traj.stages, labels=ax is axes[0])
     ax = axes[0]
-    shade_stages(ax, traj.stages, labels=True)
-    ax.plot(t, loss, color="black", lw=1.5, label="loss $L$")
-    for value, name, style in (
-        (levels["log_d"], r"$\log d$", ":"),
-        (levels["unigram"], r"$H(\pi)$", "--"),
-        (levels["conditional"], "conditional entropy", "-."),
-    ):
-        ax.axhline(
-            value, color="tab:red", ls=style, lw=1, label=f"{name} = {value:.4f}"
-        )
+    ax.plot(t, np.asarray(traj.loss)[idx], color="black", lw=1.5, label="loss $L$")
+    for key, name, style in (*_LEVEL_STYLES, ("conditional", r"$H(P|\pi)$", "-.")):
+        ax.axhline(levels[key], color="tab:red", ls=style, lw=1,
+                   label=f"{name} = {levels[key]:.4f}")  # fmt: skip
     ax.set_ylabel("population loss")
-    ax.legend(fontsize=7, ncol=2, loc="upper right")
-
+    _mark_cycles(ax, traj.stages, t[0])
+    _legend_beside(ax)
     ax = axes[1]
-    shade_stages(ax, traj.stages)
     for name, color in (("W0", "C0"), ("W1", "C1"), ("WQ", "C2"), ("WK", "C3")):
-        ax.plot(
-            t, ex[f"norm_{name}"], color=color, label=f"$|{name[0]}_{{{name[1:]}}}|_F$"
-        )
+        ax.plot(t, ex[f"norm_{name}"], color=color,
+                label=f"$|{name[0]}_{{{name[1:]}}}|_F$")  # fmt: skip
     ax.set_yscale("log")
     ax.set_ylabel("Frobenius norm")
-    ax.legend(fontsize=7, ncol=4, loc="lower right")
-
+    _legend_beside(ax)
     ax = axes[2]
-    shade_stages(ax, traj.stages)
     ax.plot(t, ex["att_entropy"], color="black", label=r"$\sum_i \pi_i H(A_{i\cdot})$")
     ax.axhline(levels["unigram"], color="tab:red", ls="--", lw=1, label=r"$H(\pi)$")
     ax.set_ylabel("attention entropy")
-    ax.legend(fontsize=7, loc="lower left")
-
+    _legend_beside(ax)
     ax = axes[3]
-    shade_stages(ax, traj.stages)
-    cmap = plt.get_cmap("tab10" if d <= 10 else "viridis")
-    shown = range(d) if d <= 10 else np.argsort(-np.asarray(traj.chain.pi))[:10]
-    for j, k in enumerate(shown):
-        color = cmap(j) if d <= 10 else cmap(j / 10)
-        ax.plot(t, ex["att_mass"][:, k], color=color, label=f"token {labels[k]}")
-    ax.set_ylabel(r"attention mass $\sum_i \pi_i A_{ik}$")
-    ax.legend(fontsize=7, ncol=min(5, len(shown)), loc="upper left")
-
+    _token_lines(ax, t, ex["att_mass"], traj)
+    ax.set_ylabel("attention mass\n" r"$\sum_i \pi_i A_{ik}$ of key $k$")
+    _legend_beside(ax, title="key token")
     ax = axes[4]
-    shade_stages(ax, traj.stages)
     sv = ex["sv_W0"]
     for j in range(min(sv.shape[1], 6)):
-        ax.plot(t, sv[:, j], label=rf"$\sigma_{j + 1}(W_0)$")
+        ax.plot(t, sv[:, j], color=f"C{j}", label=rf"$\sigma_{j + 1}(W_0)$")
     ax.set_yscale("log")
     ax.set_ylabel("singular values of $W_0$")
-    ax.legend(fontsize=7, ncol=3, loc="lower right")
-
+    _legend_beside(ax)
     ax = axes[5]
-    shade_stages(ax, traj.stages)
     ax.plot(t, ex["cos_W0_pi"], label=r"rows of $W_0$ vs $\pi$")
     ax.plot(t, ex["cos_W1_u"], label=r"columns of $W_1$ vs $\pi - 1/d$")
     ax.plot(t, ex["cos_v_pi"][:, 0], label=r"$|v_1 \cdot \hat\pi|$")
@@ -181,23 +259,12 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
     ax.set_ylabel("alignment cosine")
     ax.set_xlabel("gradient-flow time $t$ (log scale)")
     ax.set_xscale("log")
-    ax.legend(fontsize=7, ncol=2, loc="lower left")
-    if title is None:
-        s = traj.settings
-        title = (
-            f"d = {d}, width {s.get('width')}, init scale {s.get('init_scale')}, "
-            f"seed {s.get('seed')}"
-        )
+    _legend_beside(ax)
     # the time axis spans the saves (a stage starting at t = 0 would stretch
     # the log axis down to its clipping value)
     axes[-1].set_xlim(t[0], t[-1])
-    fig.suptitle(title)
-    fig.tight_layout()
+    fig.suptitle(_title(traj, "loss, weights and attention along the flow", title))
     return fig
-
-
-def _event_times(traj: Trajectory, names=_BOUNDARY_EVENTS) -> list[tuple[str, float]]:
-    return [(e.name, float(e.t)) for e in traj.events if e.name in names]
 
 
 def pca_figure(traj: Trajectory, *, title: str | None = None):
@@ -206,7 +273,8 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     The directions are those of all embeddings at all save times (uncentred,
     so that the origin stays the origin). Left: each token's path in that
     plane, the end marked; right: the two coordinates against log time, stages
-    shaded, showing the embeddings' retreat and expansion.
+    shaded, showing the embeddings' retreat and expansion. The `TOP_TOKENS`
+    most frequent tokens are coloured and named, the others grey.
 
     **Returns:** a matplotlib `Figure`.
     """
@@ -215,42 +283,37 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     W0 = np.asarray(traj.params.W0)  # (T, m, d)
     T, m, d = W0.shape
     points = np.transpose(W0, (0, 2, 1)).reshape(T * d, m)
-    _, _, vt = np.linalg.svd(points, full_matrices=False)
+    with limited_blas_threads():
+        _, _, vt = np.linalg.svd(points, full_matrices=False)
     basis = vt[:2] if vt.shape[0] >= 2 else np.vstack([vt, np.zeros_like(vt)])
     coords = np.einsum("tmk,pm->tkp", W0, basis)  # (T, d, 2)
-    labels = _labels(traj)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.8), layout="constrained")
     ax = axes[0]
-    cmap = plt.get_cmap("tab10" if d <= 10 else "viridis")
-    for k in range(d):
-        color = cmap(k) if d <= 10 else cmap(k / max(d - 1, 1))
-        ax.plot(
-            coords[:, k, 0],
-            coords[:, k, 1],
-            color=color,
-            lw=1.2,
-            label=f"token {labels[k]}",
-        )
-        ax.scatter(coords[-1, k, 0], coords[-1, k, 1], color=color, s=30, zorder=3)
+    _token_lines(ax, coords[:, :, 0], coords[:, :, 1], traj)
+    top = top_tokens(traj.chain)
+    for j, k in enumerate(top):
+        ax.scatter(coords[-1, k, 0], coords[-1, k, 1], color=f"C{j}", s=30, zorder=3)
     ax.scatter([0], [0], marker="+", color="black", s=60, label="origin")
     ax.set_xlabel("principal direction 1")
     ax.set_ylabel("principal direction 2")
-    ax.set_title("embedding paths (dot: final)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("embedding paths (dot: final)", fontsize=10)
     ax = axes[1]
     idx = _positive_time(traj)
     t = np.asarray(traj.ts)[idx]
     shade_stages(ax, traj.stages, labels=True)
-    for k in range(d):
-        color = cmap(k) if d <= 10 else cmap(k / max(d - 1, 1))
-        ax.plot(t, coords[idx, k, 0], color=color, lw=1.2)
-        ax.plot(t, coords[idx, k, 1], color=color, lw=1.0, ls="--")
+    _token_lines(ax, t, coords[idx, :, 0], traj, label=False)
+    _token_lines(ax, t, coords[idx, :, 1], traj, ls="--", lw=1.0, label=False)
     ax.set_xscale("log")
+    ax.set_xlim(t[0], t[-1])
     ax.set_xlabel("gradient-flow time $t$ (log scale)")
-    ax.set_ylabel("coordinate (solid: direction 1, dashed: direction 2)")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title or "token embeddings, principal directions")
-    fig.tight_layout()
+    ax.set_ylabel("coordinate\n(solid: direction 1, dashed: direction 2)")
+    # one legend for both panels: tokens (left panel's lines), then stages
+    handles, names = axes[0].get_legend_handles_labels()
+    more, more_names = ax.get_legend_handles_labels()
+    ax.legend(handles + more, names + more_names, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=7,
+              title="token (π)")  # fmt: skip
+    fig.suptitle(_title(traj, "token embeddings on their principal directions", title))
     return fig
 
 
@@ -262,56 +325,83 @@ def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
     return np.asarray(_attention(traj.params[i], traj.chain))
 
 
+def _boundaries(traj: Trajectory) -> list[tuple[float, str]]:
+    """Each stage's start and (if complete) end, with the stage table's time
+    and the stage's cycle, in time order; plateaus left out."""
+    out = []
+    for st in traj.stages:
+        if st.name == "plateau":
+            continue
+        for key, verb in (("t_start", "start"), ("t_end", "end")):
+            t = float(getattr(st, key))
+            if t > 0 and np.isfinite(t) and (key == "t_start" or st.complete):
+                out.append((t, f"{_stage_label(st)} {verb} (cycle {st.cycle})"))
+    return sorted(out)
+
+
+def _attention_view(A: np.ndarray, traj: Trajectory):
+    """`(matrix, row labels, column labels)`: all of `A` up to `TOP_ATTENTION`
+    tokens; else the most frequent queries and keys and one last column with
+    the attention on all the other keys together."""
+    labels = _labels(traj)
+    d = A.shape[0]
+    if d <= TOP_ATTENTION:
+        return A, labels, labels
+    top = top_tokens(traj.chain, TOP_ATTENTION)
+    rest = np.setdiff1d(np.arange(d), top)
+    view = np.concatenate(
+        [A[np.ix_(top, top)], A[np.ix_(top, rest)].sum(1)[:, None]], 1
+    )
+    names = [labels[k] for k in top]
+    return view, names, [*names, f"other {rest.size}"]
+
+
 def attention_figure(
     traj: Trajectory, *, max_panels: int = 8, title: str | None = None
 ):
     r"""Heatmaps of the attention matrix $A$ at the stage boundaries.
 
     One panel per stage boundary (the earliest `max_panels - 1`), plus the
-    final state. Row: query token; column: key token.
+    final state; each panel is titled with the stage, its cycle and the stage
+    table's time, and shows $A$ at the save nearest that time (the saved
+    parameters; its time is given too). Row: query token; column: key token,
+    named. Up to `TOP_ATTENTION` tokens every entry is shown on a linear scale;
+    beyond, the most frequent queries and keys, a last column for the other
+    keys together, and a logarithmic colour scale (entries of order $1/d$).
 
     **Returns:** a matplotlib `Figure`.
     """
     plt = _pyplot()
-    # The boundaries of the recorded stages, in time order, each shown at the
-    # save time nearest to it (the attention there is computed from the saved
-    # parameters), the earliest first.
-    bounds = []
-    for st in sorted(traj.stages, key=lambda x: x.t_start):
-        for key, verb in (("t_start", "start"), ("t_end", "end")):
-            t = float(getattr(st, key))
-            if t > 0 and (key == "t_start" or st.complete):
-                bounds.append((t, f"{st.name.replace('_', ' ')} {verb}"))
-    bounds.sort()
-    picks, used = [], []
+    from matplotlib.colors import LogNorm, Normalize
+
     ts = np.asarray(traj.ts)
-    for t, name in bounds:
+    picks, used = [], set()
+    for t, name in _boundaries(traj):
         j = int(np.argmin(np.abs(np.log(np.maximum(ts, 1e-300)) - np.log(t))))
         if j in used or j == len(ts) - 1:
             continue
-        used.append(j)
-        picks.append((f"{name}\nt = {ts[j]:.4g}", _attention_at(traj, j)))
+        used.add(j)
+        picks.append((f"{name}\nt = {t:.4g} (A at save t = {ts[j]:.4g})", j))
     picks = picks[: max_panels - 1]
-    picks.append(
-        (f"final\nt = {traj.ts[-1]:.4g}", _attention_at(traj, len(traj.ts) - 1))
-    )
-    if not picks:
-        raise ValueError("the trajectory has no stage boundary events to show")
+    picks.append((f"final\nt = {ts[-1]:.4g}", len(ts) - 1))
     n = len(picks)
     cols = min(4, n)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(3.4 * cols, 3.3 * rows), squeeze=False
-    )
-    labels = _labels(traj)
     d = traj.chain.d
+    small = d <= TOP_ATTENTION
+    size = 3.6 if small else 4.6
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.2, size * rows + 0.8),
+                             squeeze=False, layout="constrained")  # fmt: skip
+    norm = Normalize(0, 1) if small else LogNorm(1e-4, 1)
     image = None
-    for i, (ax, (name, A)) in enumerate(zip(axes.flat, picks, strict=False)):
-        image = ax.imshow(A, vmin=0, vmax=1, cmap="magma")
-        ax.set_title(name, fontsize=9)
-        if d <= 16:
-            ax.set_xticks(range(d), labels, fontsize=7)
-            ax.set_yticks(range(d), labels, fontsize=7)
+    for i, (ax, (name, j)) in enumerate(zip(axes.flat, picks, strict=False)):
+        view, rows_l, cols_l = _attention_view(_attention_at(traj, j), traj)
+        image = ax.imshow(np.clip(view, 1e-4, 1), norm=norm, cmap="magma",
+                          aspect="auto")  # fmt: skip
+        ax.set_title(name, fontsize=8)
+        fs = 7 if small else 5
+        ax.set_xticks(range(len(cols_l)), cols_l, fontsize=fs, rotation=90)
+        ax.set_yticks(range(len(rows_l)), rows_l, fontsize=fs)
         if i // cols == rows - 1 or i + cols >= n:
             ax.set_xlabel("key token")
         if i % cols == 0:
@@ -319,7 +409,10 @@ def attention_figure(
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention $A_{ik}$")  # pyright: ignore[reportArgumentType]
-    fig.suptitle(title or "attention at the stage boundaries")
+    what = "attention at the stage boundaries"
+    if not small:
+        what += f" (the {TOP_ATTENTION} most frequent tokens)"
+    fig.suptitle(_title(traj, what, title))
     return fig
 
 
@@ -337,15 +430,22 @@ def save_figure(fig, stem: str | os.PathLike) -> list[Path]:
 
 
 def plot_all(
-    traj: Trajectory, out_dir: str | os.PathLike, prefix: str = ""
+    traj: Trajectory,
+    out_dir: str | os.PathLike,
+    prefix: str = "",
+    *,
+    title: str | None = None,
 ) -> list[Path]:
     """Writes the summary, PCA and attention figures (PNG and PDF) into
-    `out_dir`; returns the paths."""
+    `out_dir`, each titled with `title` (the chain or corpus; default: the
+    chain's size and first tokens); returns the paths."""
     out = Path(out_dir)
-    paths = save_figure(summary_figure(traj), out / f"{prefix}summary")
-    paths += save_figure(pca_figure(traj), out / f"{prefix}embeddings_pca")
+    paths = save_figure(summary_figure(traj, title=title), out / f"{prefix}summary")
+    paths += save_figure(pca_figure(traj, title=title), out / f"{prefix}embeddings_pca")
     if any(e.name in _BOUNDARY_EVENTS for e in traj.events):
-        paths += save_figure(attention_figure(traj), out / f"{prefix}attention")
+        paths += save_figure(
+            attention_figure(traj, title=title), out / f"{prefix}attention"
+        )
     return paths
 
 
@@ -457,6 +557,12 @@ def phase_diagram(
         grid = np.full((uy.size, ux.size), np.nan)
         for xv, yv, v in zip(xs, ys, vals, strict=True):
             grid[np.searchsorted(uy, yv), np.searchsorted(ux, xv)] = v
+        ylabels = [f"{v:.4g}" for v in uy]
+        if y == "seed" and uy.size > 1:  # a last row: the mean over the seeds
+            n_ok = np.isfinite(grid).sum(0)
+            mean = np.where(n_ok > 0, np.nansum(grid, 0) / np.maximum(n_ok, 1), np.nan)
+            grid, uy = np.vstack([grid, mean]), np.append(uy, uy[-1] + 1)
+            ylabels.append("mean")
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
 
         def edges(u):
@@ -465,10 +571,16 @@ def phase_diagram(
             mid = 0.5 * (u[1:] + u[:-1])
             return np.concatenate([[2 * u[0] - mid[0]], mid, [2 * u[-1] - mid[-1]]])
 
-        from matplotlib.colors import LogNorm
+        from matplotlib.colors import LogNorm, Normalize
 
         finite = grid[np.isfinite(grid)]
         norm = LogNorm() if log_value and finite.size and (finite > 0).all() else None
+        if norm is None and finite.size:
+            # a colour range of at least 1 % of the values: differences below
+            # that (solver noise) are not stretched over the whole scale
+            lo, hi = float(finite.min()), float(finite.max())
+            half = max(hi - lo, 0.01 * abs(float(np.median(finite)))) / 2
+            norm = Normalize(0.5 * (lo + hi) - half, 0.5 * (lo + hi) + half)
         ax.set_facecolor("white")
         ex, ey = edges(ux.astype(float)), edges(uy.astype(float))
         from matplotlib.patches import Rectangle
@@ -482,9 +594,9 @@ def phase_diagram(
         ax.set_xlabel(_axis_label(x))
         ax.set_ylabel(_axis_label(y))
         if ux.size <= 12:
-            ax.set_xticks(ux, [f"{v:g}" for v in ux])
-        if uy.size <= 16:
-            ax.set_yticks(uy, [f"{v:g}" for v in uy])
+            ax.set_xticks(ux, [f"{v:.4g}" for v in ux])
+        if uy.size <= 17:
+            ax.set_yticks(uy, ylabels)
         if grid.size <= 120:  # small grids: the numbers in the cells
             cmap, cnorm = mesh.cmap, mesh.norm
             for (r, c), v in np.ndenumerate(grid):
@@ -627,13 +739,13 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     if n <= 32:
         names = []
         for m in sw.members:
-            parts = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            parts = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in m.labels.items()]  # fmt: skip
             if (
                 m.init_scale is not None
                 and len(set(sw.settings.get("init_scale") or [])) > 1
             ):
-                parts.append(f"eps={m.init_scale:g}")
+                parts.append(f"eps={m.init_scale:.3g}")
             parts.append(f"seed {m.seed}" if m.seed is not None else f"start {m.start}")
             names.append(", ".join(parts))
         ax1.set_yticks(range(n), names, fontsize=6)

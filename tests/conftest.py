@@ -23,6 +23,15 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 # (entries written without the lock lack the access-time file the lock's
 # eviction reads). Every compilation of 0.1 s or more is kept.
 os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**40)
+# Equinox's run-time checks (`eqx.error_if`, inside Diffrax) give NaN instead
+# of raising through a host callback, as under the command line
+# (`gradflow.cli.enable_compilation_cache`): JAX's persistent cache does not
+# store a compilation holding a host callback, so without this no solve was
+# ever shared between the workers (measured: a second process loading the
+# d = 3 solve took 14 s against 41 s compiling it, load ~7). gradflow checks
+# every input before compiling and solves with `throw=False`; no test relies on
+# a check raising inside a compiled solve.
+os.environ.setdefault("EQX_ON_ERROR", "nan")
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 

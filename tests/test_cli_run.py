@@ -155,7 +155,7 @@ def test_cli_bad_input(tmp_path, capsys):
     assert code == 2
     assert "row 0 of transition matrix P sums to" in capsys.readouterr().err
     assert main(["run", "--init-scale", "-1", "--out", str(tmp_path)]) == 2
-    assert "init_scale must be finite and > 0, got -1.0" in capsys.readouterr().err
+    assert "--init-scale must be finite and > 0, got -1.0" in capsys.readouterr().err
 
 
 def _cli(*args):
@@ -274,3 +274,26 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
     monkeypatch.undo()
     assert main([*argv, "--checkpoint", str(ck), "--no-figures"]) == 0
     assert gf.load(out / "trajectory.npz").stats["resumed_from"] == partial.t_final
+
+
+def test_readme_stage_table_is_what_run_prints(tmp_path, capsys):
+    """The README's output of its main command (`gradflow run --out
+    runs/default`, written by docs/_make_outputs.py) is what the command
+    prints today: the same stage table, row for row. (The solve is the
+    module's compiled one: same d, width and number of saves.)"""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "_make_outputs", root / "docs" / "_make_outputs.py"
+    )
+    outputs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(outputs)  # pyright: ignore[reportOptionalMemberAccess]
+    documented = dict(outputs.blocks(root / "README.md"))[
+        "gradflow run --out runs/default"
+    ]
+    code = main(["run", "--out", str(tmp_path), "--no-progress", "--no-figures"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert outputs.stage_table(printed) == outputs.stage_table(documented)

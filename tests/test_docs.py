@@ -115,3 +115,21 @@ def test_gallery_lists_every_figure_and_nav_pages_exist():
     for page in re.findall(r"^\s*- [^:#]+: (\S+\.md)$", nav, flags=re.M):
         if not page.startswith("api/"):
             assert (DOCS / page).exists(), f"mkdocs.yml names a missing page {page}"
+
+
+def test_stage_tables_in_the_pages_are_generated():
+    """Every stage table printed in the README and in docs/ lies inside an
+    output block of `docs/_make_outputs.py` (written by running the command
+    it names, never transcribed), and every block names a command it can run
+    and holds output."""
+    outputs = _load("_make_outputs")
+    for page in outputs.PAGES:
+        text = page.read_text()
+        inside = "".join(m.group(0) for m in outputs.BLOCK.finditer(text))
+        outside = outputs.BLOCK.sub("", text)
+        header = re.compile(r"^stage +cycle +t_start +t_end", re.M)
+        assert not header.search(outside), f"{page.name}: a stage table by hand"
+        for command, body in outputs.blocks(page):
+            assert command.split()[0] in ("gradflow", "python"), command
+            assert body.strip(), f"{page.name}: empty output of {command!r}"
+        assert inside.count("<!-- output:") == inside.count("<!-- /output -->")

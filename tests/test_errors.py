@@ -131,11 +131,14 @@ def make_files(folder) -> types.SimpleNamespace:
     """Writes the files the load and text cases read into `folder`: a real saved
     trajectory and SGD run, and broken or foreign variants of them.
 
-    The trajectory is solved (a tiny flow); the SGD-run file is written by
-    `SGDRun.save` from that trajectory's arrays (its contents do not matter,
-    only that it is a genuine SGD-run file)."""
+    The trajectory is solved (a tiny flow, with Tsit5: its solve compiles in
+    about half the time of the default solver's, and only the file matters);
+    the SGD-run file is written by `SGDRun.save` from that trajectory's arrays
+    (its contents do not matter, only that it is a genuine SGD-run file)."""
     folder = Path(folder)
-    traj = gf.integrate(S3, 1e-2, width=2, t1=5.0, stages=False, progress=False)
+    traj = gf.integrate(
+        S3, 1e-2, width=2, t1=5.0, stages=False, solver="tsit5", progress=False
+    )
     good = traj.save(folder / "trajectory.npz")
     raw = good.read_bytes()
     f = types.SimpleNamespace(folder=folder, good=good, traj=gf.load(good))
@@ -1142,6 +1145,123 @@ CASES = [
 ]
 
 
+# ------------------------------------------------------------ the command line
+# Each case is `(id, argv, match)`: `argv(files)` a bad command line, `match` a
+# regex the one line on stderr must hold. Every case exits with status 2 and
+# prints one line `gradflow COMMAND: error: ...` naming the flag as typed (not
+# the Python argument behind it), before anything is compiled.
+
+
+class CliCase(NamedTuple):
+    id: str
+    argv: Callable[[types.SimpleNamespace], list[str]]
+    match: str
+
+
+CLI_CASES = [
+    CliCase(
+        "run-text-missing",
+        lambda f: ["run", "--text", str(f.folder / "wikitext"), "--vocab-size", "3"],
+        r"--text: no such file or folder: '.*wikitext'; give an existing path",
+    ),
+    CliCase(
+        "sgd-text-missing",
+        lambda f: ["sgd", "--text", str(f.missing_txt)],
+        r"--text: no such file or folder: '.*no_such_corpus.txt'",
+    ),
+    CliCase(
+        "run-text-latin1",
+        lambda f: ["run", "--text", str(f.latin1_txt)],
+        r"--text: '.*latin1.txt' is not UTF-8 text: byte 0xe9",
+    ),
+    CliCase(
+        "run-vocab-size",
+        lambda f: ["run", "--text", str(f.small_txt), "--vocab-size", "64"],
+        r"--vocab-size = 64 is larger than the \d+ distinct tokens of the corpus",
+    ),
+    CliCase(
+        "run-init-scale-negative",
+        lambda f: ["run", "--init-scale", "-1e-3"],
+        r"--init-scale must be finite and > 0, got -0\.001",
+    ),
+    CliCase(
+        "run-width",
+        lambda f: ["run", "--width", "0"],
+        r"--width must be >= 1, got --width = 0",
+    ),
+    CliCase(
+        "run-d",
+        lambda f: ["run", "--d", "1"],
+        r"--d must be at least 2, got d = 1",
+    ),
+    CliCase(
+        "run-t1",
+        lambda f: ["run", "--t1", "-5"],
+        r"--t1 must be finite and > 0, got --t1 = -5\.0",
+    ),
+    CliCase(
+        "run-num-saves",
+        lambda f: ["run", "--num-saves", "1"],
+        r"--num-saves must be at least 2, got 1",
+    ),
+    CliCase(
+        "run-transition-matrix-missing",
+        lambda f: ["run", "--transition-matrix", str(f.folder / "P.npy")],
+        r"--transition-matrix: no such file or folder: '.*P.npy'",
+    ),
+    CliCase(
+        "run-transition-matrix-folder",
+        lambda f: ["run", "--transition-matrix", str(f.empty_dir)],
+        r"--transition-matrix: '.*empty_dir' is a folder, not a \.npy file",
+    ),
+    CliCase(
+        "run-heads",
+        lambda f: ["run", "--heads", "two"],
+        r"--heads must be an integer >= 1, got 'two'",
+    ),
+    CliCase(
+        "sgd-lr",
+        lambda f: ["sgd", "--lr", "-0.5"],
+        r"--lr must be finite and > 0, got --lr = -0\.5",
+    ),
+    CliCase(
+        "sgd-batch-size",
+        lambda f: ["sgd", "--batch-size", "0"],
+        r"--batch-size must be >= 1, got --batch-size = 0",
+    ),
+    CliCase(
+        "sgd-checkpoint-every",
+        lambda f: ["sgd", "--checkpoint", "x.npz", "--checkpoint-every", "-1"],
+        r"--checkpoint-every must be",
+    ),
+    CliCase(
+        "sweep-delta-range",
+        lambda f: ["sweep", "--delta", "0:x:3", "--out", str(f.folder / "sw")],
+        r"--delta must be start:stop:num, a comma list or a number, got '0:x:3'",
+    ),
+    CliCase(
+        "sweep-not-a-parameter",
+        lambda f: ["sweep", "--chain", "zipf", "--delta", "0.1"],
+        r"--delta is not a parameter of zipf",
+    ),
+    CliCase(
+        "theory-missing",
+        lambda f: ["theory", str(f.missing)],
+        r"TRAJ\.npz: no such file or folder: '.*missing.npz'",
+    ),
+    CliCase(
+        "theory-foreign",
+        lambda f: ["theory", str(f.foreign)],
+        r"foreign.npz' .*no gradflow metadata",
+    ),
+    CliCase(
+        "theory-threshold",
+        lambda f: ["theory", str(f.good), "--threshold", "-1"],
+        r"--threshold must be finite and > 0, got -1\.0",
+    ),
+]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     return make_files(tmp_path_factory.mktemp("error_files"))
@@ -1247,3 +1367,26 @@ def test_descent_check_names_the_first_rise():
         r"0\.7\), which the exact gradient flow never does: .*\(now 1e-05\)",
         message,
     ), message
+
+
+def test_cli_catalogue_is_distinct():
+    ids = [c.id for c in CLI_CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 15
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli_bad_input(case, files, tripwires, capsys):
+    from gradflow.cli import main
+
+    argv = case.argv(files)
+    with _CompileEvents() as compiled:
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith(f"gradflow {argv[0]}: error: "), err
+    assert re.search(case.match, err), err
+    # no Python argument name where a flag was typed
+    for name in ("path_or_text", "vocab_size", "init_scale", "batch_size"):
+        assert name not in err, err
+    assert compiled.events == [], f"compiled before raising: {compiled.events}"

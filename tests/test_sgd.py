@@ -565,9 +565,9 @@ def test_cli_sgd_bad_input(capsys):
     from gradflow.cli import main
 
     assert main(["sgd", "--lr", "-0.5"]) == 2
-    assert "lr must be finite and > 0, got lr = -0.5" in capsys.readouterr().err
+    assert "--lr must be finite and > 0, got --lr = -0.5" in capsys.readouterr().err
     assert main(["sgd", "--context", "0"]) == 2
-    assert "context must be >= 1, got context = 0" in capsys.readouterr().err
+    assert "--context must be >= 1, got --context = 0" in capsys.readouterr().err
     assert main(["sgd", "--text", "builtin", "--vocab-size", "100000"]) == 2
     assert "larger than the" in capsys.readouterr().err
 

@@ -479,7 +479,7 @@ def test_periodic_writes_follow_the_clock(tmp_path):
 
 
 def test_cli_checkpoint_resumes(tmp_path, capsys):
-    ckpt, out = tmp_path / "run.ckpt.npz", tmp_path / "run.npz"
+    ckpt, out = tmp_path / "run.ckpt.npz", tmp_path / "run"
     args = CLI + ["--checkpoint", str(ckpt), "--out", str(out), "--json"]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
@@ -497,7 +497,7 @@ def test_cli_checkpoint_resumes(tmp_path, capsys):
 
 
 def test_cli_ctrl_c_saves_partial_run(tmp_path, capsys, monkeypatch):
-    ckpt, out = tmp_path / "run.ckpt.npz", tmp_path / "run.npz"
+    ckpt, out = tmp_path / "run.ckpt.npz", tmp_path / "run"
     # (the command's default save grid has a save at nearly every step, so
     # its chunks are the same whatever their length)
     chunks = _fail_at_call(monkeypatch, 30, lambda: os.kill(os.getpid(), signal.SIGINT))
@@ -507,12 +507,13 @@ def test_cli_ctrl_c_saves_partial_run(tmp_path, capsys, monkeypatch):
     assert len(chunks.starts) == 30 and 0 < done < 100
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"gradflow sgd: interrupted at step {done} of 100")
-    assert f"partial run saved to {out}" in err and f"checkpoint {ckpt}" in err
-    part = gf.load_sgd(out)
+    assert f"partial run saved to {out / 'sgd_run.npz'}" in err
+    assert f"checkpoint {ckpt}" in err
+    part = gf.load_sgd(out / "sgd_run.npz")
     assert not part.ok and "interrupted" in part.message and part.steps[-1] == done
     monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     assert main(args) == 0
-    full = gf.load_sgd(out)
+    full = gf.load_sgd(out / "sgd_run.npz")
     assert full.ok and full.stats["resumed_from_step"] == done
     np.testing.assert_array_equal(full.steps[: len(part) - 1], part.steps[:-1])
 
@@ -528,17 +529,17 @@ def test_cli_ctrl_c_without_out_or_checkpoint(capsys, monkeypatch):
 
 
 def test_cli_failed_run_exits_nonzero(tmp_path, capsys):
-    out = tmp_path / "run.npz"
+    out = tmp_path / "run"
     args = CLI + ["--init-scale", "3", "--lr", "1e200", "--t1", "1e201"]
     assert main([*args, "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gradflow sgd: run failed: the mini-batch loss")
-    assert f"partial run saved to {out}" in err
-    assert not gf.load_sgd(out).ok
+    assert f"partial run saved to {out / 'sgd_run.npz'}" in err
+    assert not gf.load_sgd(out / "sgd_run.npz").ok
 
 
 def test_cli_bad_checkpoint_arguments(tmp_path, capsys):
     assert main([*CLI, "--checkpoint", str(tmp_path)]) == 2
     assert "checkpoint must be a file path" in capsys.readouterr().err
     assert main([*CLI, "--checkpoint", "x.npz", "--checkpoint-every", "-1"]) == 2
-    assert "checkpoint_every must be" in capsys.readouterr().err
+    assert "--checkpoint-every must be" in capsys.readouterr().err

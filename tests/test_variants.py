@@ -736,7 +736,7 @@ def test_cli_run_full_combination(tmp_path):
 
     out = tmp_path / "run"
     argv = "run --heads 2 --layers 2 --value --residual --norm rms --d 3 --width 2"
-    argv += f" --t1 20 --saves 40 --no-figures --no-progress --out {out}"
+    argv += f" --t1 20 --num-saves 40 --no-figures --no-progress --out {out}"
     assert main(argv.split()) == 0
     traj = gf.load(out / "trajectory.npz")
     model = gf.Model(heads=2, layers=2, value=True, residual=True, norm="rms")

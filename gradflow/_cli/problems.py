@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from .common import fail
+
 
 BUILT_IN = ("deep-linear", "committee")
 STAGE_FIELDS = (
@@ -37,7 +39,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "problem (instead of the paper's model on a chain)",
         "--problem deep-linear | committee | package.module:factory. The flow "
-        "options (--init-scale, --t1, --seed, --solver, --rtol, --atol, --saves, "
+        "options (--init-scale, --t1, --seed, --solver, --rtol, --atol, --num-saves, "
         "--max-steps), checkpoints and output apply as for a chain.",
     )
     g.add_argument(
@@ -46,7 +48,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a built-in problem (deep-linear, committee) or a factory "
         "'package.module:function' returning a gradflow.Problem (the current "
-        "folder is importable)",
+        "folder is importable) (default: none, the paper's model on a chain)",
     )
     g.add_argument(
         "--singular-values",
@@ -61,8 +63,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
         "--inputs",
         type=int,
         default=None,
-        help="deep-linear: n_in (default: singular values + 2); committee: N "
-        "(default: 2 * teachers)",
+        help="deep-linear: n_in; committee: N (default: singular values + 2 for "
+        "deep-linear, 2 * teachers for committee)",
     )
     g.add_argument(
         "--outputs",
@@ -91,7 +93,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.npy",
         type=Path,
         default=None,
-        help="deep-linear: the input-output covariance, instead of --singular-values",
+        help="deep-linear: the input-output covariance, instead of --singular-values "
+        "(default: none, built from --singular-values)",
     )
     g.add_argument("--students", type=int, default=3, help="committee: students K")
     g.add_argument("--teachers", type=int, default=3, help="committee: teachers M")
@@ -107,14 +110,15 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="committee: the teacher's (M, N) weights, instead of "
-        "--teachers, --inputs and --teacher-norm",
+        "--teachers, --inputs and --teacher-norm (default: none, built from them)",
     )
     g.add_argument(
         "--problem-seed",
         type=int,
         default=None,
-        help="deep-linear: seed of the random singular bases (default 0); "
-        "committee: a random orthogonal teacher (default: the first unit vectors)",
+        help="deep-linear: seed of the random singular bases; committee: seed of "
+        "a random orthogonal teacher (default: none, deep-linear seed 0 and the "
+        "committee's first unit vectors)",
     )
     g.add_argument(
         "--problem-arg",
@@ -298,9 +302,9 @@ def run_problem(args) -> int:
     interrupted = None
     try:
         problem, description = build_problem(args)
-        if args.saves < 2:
-            raise ValueError(f"--saves must be at least 2, got {args.saves}")
-        ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
+        if args.num_saves < 2:
+            raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
+        ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
         extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
         traj = gf.flow(
             problem,
@@ -317,8 +321,7 @@ def run_problem(args) -> int:
             **extra,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"gradflow run: error: {e}", file=sys.stderr)
-        return 2
+        return fail("run", e, args.flags)
     except gf.Interrupted as e:
         interrupted, traj = e, e.result
     out = args.out

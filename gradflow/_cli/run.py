@@ -6,27 +6,25 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
+from .common import (
+    LIBRARY_NAMES,
+    add_chain_arguments,
+    add_subcommand,
+    chain_from_args,
+    fail,
+    flag_names,
+)
 from .problems import add_problem_arguments, run_problem
 from .sgd import (
     add_model_arguments,
     add_text_arguments,
     chain_from_text_args,
     model_from_args,
+    text_description,
 )
 
 
-DEFAULTS = {
-    "chain": "sticky",
-    "d": 6,
-    "top_mass": 0.5,
-    "rho": 0.5,
-    "delta": 0.05,
-    "width": 8,
-    "init_scale": 1e-3,
-    "t1": 5_000.0,
-}
+DEFAULTS = {"width": 8, "init_scale": 1e-3, "t1": 5_000.0}
 
 STAGE_FIELDS = (
     "name",
@@ -46,16 +44,18 @@ EVENT_FIELDS = ("name", "t", "loss", "token", "located")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
+    p = add_subcommand(
+        subparsers,
         "run",
         help="integrate a scenario, find its stages, write files and figures",
         description=(
             "Integrate the population gradient flow of one scenario, locate its "
-            "saddles while solving and its stages (condensation, focus, dilution, "
-            "new_direction) from the saved points, print a stage table, and write "
-            "into --out: "
-            "trajectory.npz, stages.csv, events.csv and the figures (summary, "
-            "embedding PCA, attention at the stage boundaries; PNG and PDF). "
+            "saddles while solving and its stages from the saved points "
+            "(condensation, focus, dilution, new_direction, and the plateaus "
+            "between the loss drops), print a stage table, and write into --out: "
+            "trajectory.npz, stages.csv, events.csv, command.json (the command "
+            "line that made them) and the figures (summary, embedding PCA, "
+            "attention at the stage boundaries; PNG and PDF). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
             "--t1 20000 follows the loss down to the conditional entropy. "
@@ -63,65 +63,15 @@ def register(subparsers) -> None:
             "(~/.cache/gradflow/jax, or $JAX_COMPILATION_CACHE_DIR), so a second "
             "run of the same shapes starts without compiling."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    _add_chain_arguments(p)
+    add_chain_arguments(p)
     add_text_arguments(p)
     add_model_arguments(p)
     _add_flow_arguments(p)
     _add_checkpoint_arguments(p)
     _add_output_arguments(p)
     add_problem_arguments(p)
-    p.set_defaults(func=run)
-
-
-def _add_chain_arguments(parser: argparse.ArgumentParser) -> None:
-    """The chain: a family and its parameters, or a transition matrix."""
-    g = parser.add_argument_group("chain")
-    g.add_argument(
-        "--chain",
-        choices=("sticky", "random", "zipf"),
-        default=DEFAULTS["chain"],
-        help="chain family (ignored with --transition-matrix)",
-    )
-    g.add_argument(
-        "--transition-matrix",
-        metavar="FILE.npy",
-        type=Path,
-        default=None,
-        help="a (d, d) row-stochastic matrix saved with numpy.save, instead of --chain",
-    )
-    g.add_argument("--d", type=int, default=DEFAULTS["d"], help="vocabulary size")
-    g.add_argument(
-        "--top-mass",
-        type=float,
-        default=DEFAULTS["top_mass"],
-        help="sticky: stationary probability of token 0",
-    )
-    g.add_argument(
-        "--rho",
-        type=float,
-        default=DEFAULTS["rho"],
-        help="sticky, zipf: extra probability of repeating the current token",
-    )
-    g.add_argument(
-        "--delta",
-        type=float,
-        default=DEFAULTS["delta"],
-        help="sticky: asymmetry among the rare tokens (0: exactly symmetric)",
-    )
-    g.add_argument(
-        "--exponent", type=float, default=1.0, help="zipf, random: Zipf exponent"
-    )
-    g.add_argument(
-        "--concentration",
-        type=float,
-        default=1.0,
-        help="random: Dirichlet concentration of each row",
-    )
-    g.add_argument(
-        "--chain-seed", type=int, default=0, help="random: seed of the chain"
-    )
+    p.set_defaults(func=run, flags={**flag_names(p), **LIBRARY_NAMES})
 
 
 def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,17 +91,22 @@ def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--solver",
         default=None,
-        help="solver name (see gradflow.SOLVERS); default: gradflow's default solver",
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
     )
-    g.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    g.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance (default: the solver's, 1e-05 for ros34pw2)",
+    )
     g.add_argument(
         "--atol",
         type=float,
         default=None,
-        help="absolute tolerance (default tied to the initial scale)",
+        help="absolute tolerance (default: tied to the initial scale)",
     )
     g.add_argument(
-        "--saves",
+        "--num-saves",
         type=int,
         default=798,
         help="number of save times (0, then log-spaced)",
@@ -160,8 +115,8 @@ def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-steps",
         type=int,
         default=None,
-        help="the most solver steps (default gradflow's); the partial trajectory "
-        "is saved if they run out",
+        help="the most solver steps; the partial trajectory is saved if they run "
+        "out (default: gradflow's, 4000000)",
     )
 
 
@@ -175,7 +130,7 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="write the solver state to PATH (every --checkpoint-every seconds, at "
         "each event, at the end); if PATH exists, resume from it (see "
-        "docs/reliability.md)",
+        "docs/reliability.md) (default: none, not resumable)",
     )
     g.add_argument(
         "--checkpoint-every",
@@ -190,55 +145,25 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the files go; figures and progress bar on or off."""
     g = parser.add_argument_group("output")
     g.add_argument(
-        "--out", type=Path, default=Path("gradflow_run"), help="output directory"
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=Path("gradflow_run"),
+        help="output folder",
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (reading a text, solving)",
+    )
 
 
 def _chain(args):
-    import gradflow as gf
-
     text_chain = chain_from_text_args(args)
     if text_chain is not None:
-        return text_chain, (
-            f"bigram chain of {args.text} ({args.level} level, vocab_size "
-            f"{args.vocab_size}, smoothing {args.smoothing})"
-        )
-    if args.transition_matrix is not None:
-        path = args.transition_matrix
-        if not path.exists():
-            raise ValueError(f"--transition-matrix: no such file: '{path}'")
-        try:
-            P = np.load(path, allow_pickle=False)
-        except Exception as e:
-            raise ValueError(
-                f"--transition-matrix: could not read '{path}' as a .npy array: {e}"
-            ) from None
-        return gf.MarkovChain(P), f"transition matrix from {path}"
-    if args.chain == "sticky":
-        chain = gf.chains.sticky(args.d, args.top_mass, args.rho, args.delta)
-        return (
-            chain,
-            f"sticky(d={args.d}, top_mass={args.top_mass}, rho={args.rho}, "
-            f"delta={args.delta})",
-        )
-    if args.chain == "zipf":
-        return (
-            gf.chains.zipf(args.d, args.exponent, args.rho),
-            f"zipf(d={args.d}, exponent={args.exponent}, rho={args.rho})",
-        )
-    return (
-        gf.chains.random(
-            args.d,
-            seed=args.chain_seed,
-            concentration=args.concentration,
-            exponent=args.exponent,
-        ),
-        f"random(d={args.d}, seed={args.chain_seed}, "
-        f"concentration={args.concentration}, "
-        f"exponent={args.exponent})",
-    )
+        return text_chain, text_description(args)
+    return chain_from_args(args)
 
 
 def _cell(value):
@@ -294,9 +219,9 @@ def run(args) -> int:
     try:
         chain, description = _chain(args)
         model = model_from_args(args)
-        if args.saves < 2:
-            raise ValueError(f"--saves must be at least 2, got {args.saves}")
-        ts = gf.default_save_times(args.t1, args.saves) if args.t1 > 0 else None
+        if args.num_saves < 2:
+            raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
+        ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
         extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
         traj = gf.integrate(
             chain,
@@ -315,8 +240,7 @@ def run(args) -> int:
             **extra,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"gradflow run: error: {e}", file=sys.stderr)
-        return 2
+        return fail("run", e, args.flags)
     except gf.Interrupted as e:
         # Ctrl-C: keep what was computed (the figures are skipped).
         interrupted, traj = e, e.result
@@ -351,11 +275,11 @@ def run(args) -> int:
         )
     )
     print(format_stage_table(traj.stages))
-    written = ["trajectory.npz", "stages.csv", "events.csv"]
+    written = ["trajectory.npz", "stages.csv", "events.csv", "command.json"]
     if not args.no_figures:
         from .. import plot
 
-        written += [p.name for p in plot.plot_all(traj, out)]
+        written += [p.name for p in plot.plot_all(traj, out, title=description)]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

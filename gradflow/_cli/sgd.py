@@ -2,9 +2,9 @@
 optionally next to the population flow from the same start.
 
 Exit codes: 0 for a finished run; 1 when the run failed (a non-finite loss: the
-partial run is saved to `--out` and the message printed); 2 for bad input
+partial run is saved into `--out` and the message printed); 2 for bad input
 (one line on stderr); 130 when interrupted (Ctrl-C: the partial run is saved
-to `--out`, the checkpoint, if any, resumes it).
+into `--out`, the checkpoint, if any, resumes it).
 
 Also home of the options shared with `gradflow run`: the text options
 ([`add_text_arguments`][], [`chain_from_text_args`][]) and the model variant
@@ -15,6 +15,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from .common import (
+    LIBRARY_NAMES,
+    add_chain_arguments,
+    add_subcommand,
+    chain_from_args,
+    existing_path,
+    fail,
+    flag_names,
+)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,44 +87,46 @@ def model_from_args(args: argparse.Namespace):
 def add_text_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds `--text PATH`, `--vocab-size K`, `--level`, `--tail` and `--smoothing`.
 
-    `--text builtin` uses the built-in corpus (Python's documentation topics);
-    a folder is read recursively (see `gf.text.load`).
+    `--text` takes a path that must exist (a file, or a folder read
+    recursively, see `gf.text.load`), or the keyword `builtin` for the built-in
+    corpus; never a string of text (the Python API takes that).
     """
     group = parser.add_argument_group("real text (instead of a synthetic chain)")
     group.add_argument(
         "--text",
         metavar="PATH",
         default=None,
-        help="a UTF-8 file or folder (WikiText wiki.train.raw, TinyStories .txt), or "
-        "'builtin' for Python's documentation topics; uses its bigram chain",
+        help="an existing UTF-8 file or folder (WikiText wiki.train.raw, "
+        "TinyStories .txt), or 'builtin' for Python's documentation topics; uses "
+        "its bigram chain (default: none, a synthetic chain)",
     )
     group.add_argument(
         "--vocab-size",
         metavar="K",
         type=int,
         default=30,
-        help="keep the K-1 most frequent tokens plus <other> (default 30)",
+        help="keep the K-1 most frequent tokens plus <other>",
     )
     group.add_argument(
         "--level",
         choices=("word", "char", "bpe"),
         default="word",
-        help="tokenise by word (default), character, or byte-level BPE trained on "
-        "the text to --vocab-size tokens",
+        help="tokenise by word, character, or byte-level BPE trained on the text "
+        "to --vocab-size tokens",
     )
     group.add_argument(
         "--tail",
         choices=("other", "drop"),
         default="other",
-        help="tokens outside the vocabulary: one <other> token (default) or "
-        "removed from the stream",
+        help="tokens outside the vocabulary: one <other> token, or removed from "
+        "the stream",
     )
     group.add_argument(
         "--smoothing",
         type=_smoothing,
         default="auto",
-        help="pseudo-count added to every bigram count, or 'auto' (default: "
-        "pseudo-counts 1 %% of the bigram counts)",
+        help="pseudo-count added to every bigram count, or 'auto' (pseudo-counts "
+        "1 %% of the bigram counts)",
     )
 
 
@@ -132,17 +144,32 @@ def _smoothing(value: str):
 
 def stream_from_text_args(args: argparse.Namespace):
     """The [`gradflow.text.TokenStream`][] named by the text options, or `None`
-    when `--text` was not given."""
+    when `--text` was not given. `--text` must name an existing path (or be
+    `builtin`): a mistyped path is an error, never read as text."""
     if getattr(args, "text", None) is None:
         return None
     from .. import text
 
+    source = None
+    if args.text != "builtin":
+        source = existing_path("--text", args.text, allow=("builtin",))
     return text.encode(
-        None if args.text == "builtin" else args.text,
+        source,
         args.vocab_size,
         level=args.level,
         smoothing=args.smoothing,
         tail=getattr(args, "tail", "other"),
+        progress=not getattr(args, "no_progress", False),
+    )
+
+
+def text_description(args: argparse.Namespace) -> str:
+    """One line naming the text options' corpus and settings, for output and
+    figure titles."""
+    corpus = "the built-in corpus" if args.text == "builtin" else f"'{args.text}'"
+    return (
+        f"bigram chain of {corpus} ({args.level} level, vocab size "
+        f"{args.vocab_size}, tail {args.tail}, smoothing {args.smoothing})"
     )
 
 
@@ -153,131 +180,164 @@ def chain_from_text_args(args: argparse.Namespace):
     return None if stream is None else stream.chain
 
 
-def _add_chain_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("synthetic chain (when --text is not given)")
-    group.add_argument(
-        "--chain", choices=("sticky", "zipf", "random"), default="sticky"
-    )
-    group.add_argument("--d", type=int, default=6, help="vocabulary size (default 6)")
-    group.add_argument(
-        "--top-mass", type=float, default=0.5, help="sticky: pi of token 0"
-    )
-    group.add_argument(
-        "--rho", type=float, default=0.5, help="sticky/zipf: repeat prob."
-    )
-    group.add_argument("--delta", type=float, default=0.05, help="sticky: asymmetry")
-    group.add_argument(
-        "--exponent", type=float, default=1.0, help="zipf/random: exponent"
-    )
-    group.add_argument("--chain-seed", type=int, default=0, help="random: seed of P")
-
-
-def _chain_from_args(args):
-    from .. import chains
-
-    if args.chain == "sticky":
-        return chains.sticky(args.d, args.top_mass, args.rho, args.delta)
-    if args.chain == "zipf":
-        return chains.zipf(args.d, args.exponent, args.rho)
-    return chains.random(args.d, seed=args.chain_seed, exponent=args.exponent)
-
-
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_subcommand(
+        subparsers,
         "sgd",
         help="SGD of the finite-context model, on the flow's time axis",
         description=(
             "Train the finite-context model (SPEC section 2) with SGD on sequences of "
             "a Markov chain or windows of a text; log it at t = lr * step and score "
             "each saved iterate with the population loss. With --flow, also "
-            "integrate the population flow from the same start and compare."
+            "integrate the population flow from the same start and compare. With "
+            "--out, write into that folder: sgd_run.npz (gradflow.load_sgd), "
+            "command.json and, with --flow, trajectory.npz and the comparison "
+            "figure compare.png/.pdf."
         ),
     )
-    _add_chain_arguments(parser)
+    add_chain_arguments(parser)
     add_text_arguments(parser)
     add_model_arguments(parser)
     g = parser.add_argument_group("model and SGD")
-    g.add_argument("--width", type=int, default=8, help="embedding width m (default 8)")
-    g.add_argument("--init-scale", type=float, default=1e-3)
+    g.add_argument("--width", type=int, default=8, help="embedding width m")
+    g.add_argument(
+        "--init-scale",
+        type=float,
+        default=1e-3,
+        help="standard deviation of the i.i.d. normal initialisation",
+    )
     g.add_argument("--seed", type=int, default=0, help="initialisation and data seed")
-    g.add_argument("--context", type=int, default=256)
-    g.add_argument("--batch-size", type=int, default=512)
-    g.add_argument("--lr", type=float, default=0.2)
-    g.add_argument("--t1", type=float, default=300.0)
+    g.add_argument("--context", type=int, default=256, help="context length s")
+    g.add_argument("--batch-size", type=int, default=512, help="sequences per step")
+    g.add_argument("--lr", type=float, default=0.2, help="learning rate")
+    g.add_argument("--t1", type=float, default=300.0, help="final time lr * steps")
     g.add_argument(
         "--num-sequences",
         type=int,
         default=None,
-        help="fixed dataset of N sequences (default: fresh ones each step)",
+        help="a fixed dataset of N sequences (default: fresh ones each step)",
     )
     g.add_argument(
         "--optimizer",
         choices=("sgd", "momentum", "adam"),
         default="sgd",
-        help="sgd (default), sgd with momentum 0.9, or adam at --lr",
+        help="sgd, sgd with momentum 0.9, or adam at --lr",
     )
-    g.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    g.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="floating-point type",
+    )
     o = parser.add_argument_group("output")
-    o.add_argument("--out", metavar="PATH", default=None, help="save the run (.npz)")
+    o.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="output folder for sgd_run.npz, command.json and, with --flow, "
+        "trajectory.npz and compare.png/.pdf (default: none, nothing written)",
+    )
     o.add_argument(
         "--flow",
         action="store_true",
         help="also integrate the flow from the same start and compare",
     )
     o.add_argument(
-        "--figure",
-        metavar="PATH",
-        default=None,
-        help="with --flow: write the comparison figure (PATH.png and .pdf)",
-    )
-    o.add_argument(
         "--checkpoint",
         metavar="PATH",
+        type=Path,
         default=None,
         help="checkpoint file (.npz) of the SGD run: written every "
         "--checkpoint-every seconds, at the end and on Ctrl-C; if it exists, the "
         "run resumes from it (the same command continues to the same result). "
-        "With --flow, the flow is not checkpointed",
+        "With --flow, the flow is not checkpointed (default: none, not resumable)",
     )
     o.add_argument(
         "--checkpoint-every",
         metavar="SECONDS",
         type=float,
         default=120.0,
-        help="seconds between checkpoint writes (default 120)",
+        help="seconds of wall time between checkpoint writes",
     )
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
-    o.add_argument("--no-progress", action="store_true")
-    parser.set_defaults(func=main)
+    o.add_argument("--no-figures", action="store_true", help="skip the figure")
+    o.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (reading a text, SGD, the flow)",
+    )
+    parser.set_defaults(func=main, flags={**flag_names(parser), **LIBRARY_NAMES})
+
+
+def _save_run(run, out: Path | None) -> Path | None:
+    if out is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    return run.save(out / "sgd_run.npz")
+
+
+def _summary_lines(run, chain, width: int, summary: dict) -> list[str]:
+    """The printed summary: no Python reprs, one fact a line."""
+    import gradflow as gf
+
+    s = run.settings
+    levels = gf.entropy_bounds(chain)
+    lines = [
+        f"SGD of the finite-context model: d = {chain.d}, width {width}, "
+        f"context {s.get('context')}, batch {s.get('batch_size')}, lr "
+        f"{s.get('lr'):g}, t1 = {run.ts[-1]:g} ({run.stats['num_steps']} steps in "
+        f"{run.stats['wall_time']:.1f} s)",
+        f"population loss {run.population_loss[0]:.6f} -> "
+        f"{run.population_loss[-1]:.6f} (log d = {levels['log_d']:.5f}, H(pi) = "
+        f"{levels['unigram']:.5f}, conditional entropy "
+        f"{levels['conditional']:.5f}); last mini-batch loss "
+        f"{run.train_loss[-1]:.6f}",
+    ]
+    if "compare" in summary:
+        c = summary["compare"]
+        lines.append(
+            f"against the flow: largest relative crossing-time error "
+            f"{c['max_crossing_rel_error']:.3f}, mean |loss gap| after the first "
+            f"drop {c['mean_abs_gap_after']:.5f} (max {c['max_abs_gap_after']:.4f})"
+        )
+    for key in ("saved", "figure"):
+        if key in summary:
+            value = summary[key]
+            value = ", ".join(value) if isinstance(value, list) else value
+            lines.append(f"wrote {value}")
+    return lines
 
 
 def main(args: argparse.Namespace) -> int:
+    import jax
+    import numpy as np
     import optax
 
     import gradflow as gf
 
     try:
-        if args.figure and not args.flow:
-            raise ValueError("--figure needs --flow (the figure overlays flow and SGD)")
         stream = stream_from_text_args(args)
-        source = stream if stream is not None else _chain_from_args(args)
-        chain: gf.MarkovChain = (  # pyright: ignore[reportAssignmentType]
-            source.chain  # pyright: ignore[reportAttributeAccessIssue]
-            if stream is not None
-            else source
-        )
+        if stream is not None:
+            source, chain = stream, stream.chain
+            description = text_description(args)
+        else:
+            chain, description = chain_from_args(args)
+            source = chain
         optimizer = {
             "sgd": None,
             "momentum": optax.sgd(args.lr, momentum=0.9),
             "adam": optax.adam(args.lr),
         }[args.optimizer]
         model = model_from_args(args)
-        params0 = gf.init_params(
-            chain.d, args.width, args.init_scale, args.seed, model=model
-        )
+        # the random start drawn by train_sgd (after its checks, so bad input
+        # is refused before anything is compiled); the flow below starts from
+        # the run's first saved point
         run = gf.train_sgd(
             source,
-            params0,
+            init_scale=args.init_scale,
+            width=args.width,
+            model=model,
             seed=args.seed,
             context=args.context,
             batch_size=args.batch_size,
@@ -291,16 +351,16 @@ def main(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"gradflow sgd: error: {e}", file=sys.stderr)
-        return 2
+        return fail("sgd", e, args.flags)
     except gf.Interrupted as e:
         # The message starts "gradflow.train_sgd: interrupted at step k of n
         # (t = ...)"; the rest speaks of Python arguments, so say the same for
         # the command line.
         what = e.result.message.split(";")[0]
         where = [what.removeprefix("gradflow.train_sgd: ")]
-        if args.out:
-            where.append(f"partial run saved to {e.result.save(Path(args.out))}")
+        saved = _save_run(e.result, args.out)
+        if saved is not None:
+            where.append(f"partial run saved to {saved}")
         else:
             where.append("partial run not saved (no --out)")
         if e.checkpoint is not None:
@@ -309,54 +369,52 @@ def main(args: argparse.Namespace) -> int:
             where.append("not resumable (no --checkpoint)")
         print("gradflow sgd: " + "; ".join(where), file=sys.stderr)
         return 130
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "command.json").write_text(
+            json.dumps({"argv": sys.argv[1:]}, indent=1)
+        )
     if not run.ok:
-        saved = f"; partial run saved to {run.save(Path(args.out))}" if args.out else ""
-        print(f"gradflow sgd: run failed: {run.message}{saved}", file=sys.stderr)
+        saved = _save_run(run, args.out)
+        where = f"; partial run saved to {saved}" if saved is not None else ""
+        print(f"gradflow sgd: run failed: {run.message}{where}", file=sys.stderr)
         return 1
     summary = {
-        "run": repr(run),
+        "chain": description,
         "final_population_loss": float(run.population_loss[-1]),
         "final_train_loss": float(run.train_loss[-1]),
         "entropy_bounds": gf.entropy_bounds(chain),
+        "settings": run.settings,
         "stats": run.stats,
     }
-    if args.out:
-        summary["saved"] = str(run.save(Path(args.out)))
+    saved = _save_run(run, args.out)
+    if saved is not None:
+        summary["saved"] = str(saved)
     if args.flow:
         try:
+            # the flow from the run's own start (in float64: with --dtype
+            # float32 the run drew its start in float32)
+            start = jax.tree.map(lambda x: np.asarray(x, np.float64), run.at(0))
             traj = gf.integrate(
                 chain,
-                params=params0,
+                params=start,
                 t1=float(run.ts[-1]),
                 ts=run.ts,
                 progress=not args.no_progress,
             )
         except KeyboardInterrupt:
-            saved = f"; the SGD run is saved to {summary['saved']}" if args.out else ""
-            print(f"gradflow sgd: interrupted during the flow{saved}", file=sys.stderr)
+            where = f"; the SGD run is saved to {saved}" if saved is not None else ""
+            print(f"gradflow sgd: interrupted during the flow{where}", file=sys.stderr)
             return 130
         cmp = gf.compare(traj, run)
         summary["compare"] = cmp.summary()
-        if args.figure:
-            png, pdf = cmp.save_figure(args.figure, title=repr(chain))
-            summary["figure"] = [str(png), str(pdf)]
+        if args.out is not None:
+            traj.save(args.out / "trajectory.npz")
+            if not args.no_figures:
+                png, pdf = cmp.save_figure(args.out / "compare", title=description)
+                summary["figure"] = [str(png), str(pdf)]
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
     else:
-        print(run)
-        print(
-            f"population loss {run.population_loss[0]:.6f} -> "
-            f"{run.population_loss[-1]:.6f}; bounds {summary['entropy_bounds']}"
-        )
-        print(f"{run.stats['num_steps']} steps in {run.stats['wall_time']:.1f} s")
-        if args.flow:
-            c = summary["compare"]
-            print(
-                f"vs flow: max rel. crossing-time error "
-                f"{c['max_crossing_rel_error']:.3f}, mean |loss gap| after the first "
-                f"drop {c['mean_abs_gap_after']:.5f} (max {c['max_abs_gap_after']:.4f})"
-            )
-        for key in ("saved", "figure"):
-            if key in summary:
-                print(f"{key}: {summary[key]}")
+        print("\n".join(_summary_lines(run, chain, args.width, summary)))
     return 0

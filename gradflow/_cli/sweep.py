@@ -2,8 +2,8 @@
 of its parameters, init scales, widths and seeds); writes the saved sweep, the
 stage table and the figures."""
 
-import argparse
 import itertools
+import json
 import math
 import sys
 import time
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .common import add_subcommand, fail, flag_names
 from .sgd import add_model_arguments, model_from_args
 
 
@@ -80,28 +81,37 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
+    p = add_subcommand(
+        subparsers,
         "sweep",
         help="many flows in one batched call; phase diagrams",
         description=(
             "Integrate a chain family over a grid of its parameters, init scales, "
             "widths and seeds in one batched (and device-sharded) solve per (d, "
             "width), and write into --out: sweep.npz (gradflow.load_sweep), "
-            "stages.csv (one row per member and stage) and the figures "
-            "(sweep_summary, phase diagrams; PNG and PDF). Every family "
+            "stages.csv (one row per member and stage), command.json and the "
+            "figures (sweep_summary, phase diagrams; PNG and PDF). Every family "
             "parameter, --init-scale, --width and --d takes start:stop:num or a "
             "comma list, e.g. --delta 0:0.1:11 --seeds 8."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--chain", choices=sorted(FAMILIES), default="sticky")
-    p.add_argument("--d", default=None, help="vocabulary size(s); default per family")
+    p.add_argument(
+        "--chain", choices=sorted(FAMILIES), default="sticky", help="chain family"
+    )
+    p.add_argument(
+        "--d",
+        default=None,
+        help="vocabulary size(s) (default: "
+        + ", ".join(f"{k} {v}" for k, v in DEFAULT_D.items())
+        + ")",
+    )
     for name in _ALL_PARAMS:
         fams = [f for f, ps in FAMILIES.items() if name in ps]
+        defaults = ", ".join(f"{f} {FAMILIES[f][name][0]}" for f in fams)
         p.add_argument(
             f"--{name.replace('_', '-')}",
             default=None,
-            help=f"{', '.join(fams)}: values (default: the family's)",
+            help=f"{', '.join(fams)}: values (default: {defaults})",
         )
     p.add_argument("--init-scale", default="1e-3", help="initial scale(s)")
     p.add_argument("--width", default="8", help="embedding width(s)")
@@ -113,10 +123,26 @@ def register(subparsers) -> None:
         default=798,
         help="save times per member (0, then log-spaced)",
     )
-    p.add_argument("--solver", default=None, help="solver name (gradflow.SOLVERS)")
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--atol", type=float, default=None)
-    p.add_argument("--max-steps", type=int, default=4_000_000)
+    p.add_argument(
+        "--solver",
+        default=None,
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
+    )
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance (default: the solver's, 1e-05 for ros34pw2)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance (default: tied to the initial scale)",
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=4_000_000, help="the most solver steps"
+    )
     p.add_argument("--no-stages", action="store_true", help="skip stage detection")
     p.add_argument(
         "--batch-size",
@@ -127,14 +153,35 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--checkpoint",
-        action="store_true",
-        help="keep a checkpoint in --out (a killed sweep run again resumes)",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="checkpoint file of the sweep: written as it runs; if it exists, the "
+        "sweep resumes from it. With several (d, width) groups each has its own, "
+        "PATH with _d<d>_w<width> before the suffix (default: none, not "
+        "resumable)",
     )
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
     add_model_arguments(p)
-    p.add_argument("--out", type=Path, default=Path("gradflow_sweep"))
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=Path("gradflow_sweep"),
+        help="output folder (a subfolder d<d>_w<width> per group when there are "
+        "several)",
+    )
+    p.set_defaults(func=run, flags=flag_names(p))
+
+
+def _checkpoint_path(args, d: int, width: int, several: bool) -> Path | None:
+    if args.checkpoint is None:
+        return None
+    path = Path(args.checkpoint)
+    if not several:
+        return path
+    return path.with_name(f"{path.stem}_d{d}_w{width}{path.suffix}")
 
 
 def _grids(args):
@@ -196,8 +243,7 @@ def run(args) -> int:
         ds, grid, scales, widths, seeds = _grids(args)
         model = model_from_args(args)
     except ValueError as e:
-        print(f"gradflow sweep: error: {e}", file=sys.stderr)
-        return 2
+        return fail("sweep", e, args.flags)
     import gradflow as gf
 
     swept = [name for name, vals in grid.items() if len(vals) > 1]
@@ -229,15 +275,15 @@ def run(args) -> int:
                 max_steps=args.max_steps,
                 stages=not args.no_stages,
                 progress=not args.no_progress,
-                checkpoint=out / "sweep.ckpt.npz" if args.checkpoint else None,
+                checkpoint=_checkpoint_path(args, d, width, len(groups) > 1),
                 model=model,
                 batch_size=args.batch_size,
             )
-        except (TypeError, ValueError) as e:
-            print(f"gradflow sweep: error: {e}", file=sys.stderr)
-            return 2
+        except (TypeError, ValueError, FileNotFoundError) as e:
+            return fail("sweep", e, args.flags)
         wall = time.perf_counter() - start
         files = [sw.save(out / "sweep.npz")]
+        (out / "command.json").write_text(json.dumps({"argv": sys.argv[1:]}, indent=1))
         table = sw.table()
         table.to_csv(out / "stages.csv", index=False)
         files.append(out / "stages.csv")

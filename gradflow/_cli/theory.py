@@ -5,14 +5,15 @@ JSON."""
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 from .._engine.result import load_trajectory
+from .common import add_subcommand, existing_path, fail, flag_names
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_subcommand(
+        subparsers,
         "theory",
         help="predicted against measured: critical points, unstable rates, escapes",
         description=(
@@ -21,32 +22,43 @@ def register(subparsers) -> None:
             "predictions against what the trajectory measured."
         ),
     )
-    parser.add_argument("trajectory", help="a .npz file written by Trajectory.save")
     parser.add_argument(
-        "--out", default=None, help="folder for theory.png/.pdf and theory.json"
+        "trajectory",
+        metavar="TRAJ.npz",
+        help="an existing .npz file written by Trajectory.save (gradflow run "
+        "writes trajectory.npz)",
     )
     parser.add_argument(
-        "--name", default="theory", help="file stem of the outputs (default: theory)"
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="folder for NAME.png/.pdf and NAME.json (default: none, print only)",
+    )
+    parser.add_argument(
+        "--name", default="theory", help="file stem of the outputs in --out"
     )
     parser.add_argument(
         "--threshold",
         type=float,
         default=1e-2,
-        help="plateau threshold on t|grad L|^2 / (log d - H(P|pi)) (default 1e-2)",
+        help="plateau threshold on t|grad L|^2 / (log d - H(P|pi))",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, flags=flag_names(parser))
 
 
 def run(args: argparse.Namespace) -> int:
     from ..theory import critical_points, format_report, theory_report
 
-    if not (math.isfinite(args.threshold) and args.threshold > 0):
-        raise SystemExit(f"--threshold must be finite and > 0, got {args.threshold}")
     try:
-        traj = load_trajectory(args.trajectory)
+        if not (math.isfinite(args.threshold) and args.threshold > 0):
+            raise ValueError(
+                f"--threshold must be finite and > 0, got {args.threshold}"
+            )
+        path = existing_path("TRAJ.npz", args.trajectory)
+        traj = load_trajectory(path)
     except (FileNotFoundError, ValueError) as e:
-        print(f"gradflow theory: {e}", file=sys.stderr)
-        return 2
+        return fail("theory", e, args.flags)
     points = critical_points(traj, threshold=args.threshold)
     rows = theory_report(traj, points=points)
     print(repr(traj))
@@ -61,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_report(rows))
     if args.out is not None:
-        out = Path(args.out)
+        out = args.out
         out.mkdir(parents=True, exist_ok=True)
         paths = plot_report(traj, points, rows, out / args.name)
         with open(out / f"{args.name}.json", "w") as f:
@@ -102,9 +114,14 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
         color = "C3" if cp.kind == "saddle" else "C2"
         face = color if cp.converged else "none"
         ax0.plot(t, cp.loss, "o", ms=6, color=color, mfc=face)
-    ax0.plot([], [], "o", color="C3", label="refined saddle")
-    ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
-    ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
+    # legend entries only for the markers drawn
+    kinds = {cp.kind == "saddle" for cp in points}
+    if True in kinds:
+        ax0.plot([], [], "o", color="C3", label="refined saddle")
+    if False in kinds:
+        ax0.plot([], [], "o", color="C2", label="refined minimum / degenerate")
+    if any(not cp.converged for cp in points):
+        ax0.plot([], [], "o", color="k", mfc="none", label="refinement not converged")
     ax0.set_ylabel("population loss")
     ax0.legend(fontsize=7, loc="lower left")
     ax1.loglog(ts[keep], traj.grad_norm[keep], color="k", lw=1.2, label=r"$|\nabla L|$")

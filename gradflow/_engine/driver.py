@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._core.progress import host_progress
+from .._core.threads import limited_blas_threads
 from .checkpoint import Checkpointer
 
 
@@ -191,6 +192,8 @@ def drive(
                 checkpoint.write(meta, arrays)
 
     with (
+        # one BLAS thread for the solve (gradflow/_core/threads.py says why)
+        limited_blas_threads(),
         deferred_interrupt() as interrupt,
         host_progress(
             total, enabled=progress, description=description, start=start

@@ -76,6 +76,9 @@ class Comparison(eqx.Module):
       times); `max_abs_gap_after`, its maximum.
     - `stage_time_diffs`: SGD minus flow start time of each stage found in both
       (empty until stages are attached).
+    - `entropy_levels`: the chain's $\log d$, $H(\pi)$ and conditional entropy
+      (for the figure); `flow_stages`: the flow's stage records (shaded in the
+      figure).
     """
 
     ts: np.ndarray
@@ -95,6 +98,8 @@ class Comparison(eqx.Module):
     max_abs_gap_after: float
     stage_time_diffs: dict[str, float]
     labels: tuple[str, str] = ("flow", "SGD")
+    entropy_levels: dict[str, float] = eqx.field(default_factory=dict)
+    flow_stages: tuple = ()
 
     def summary(self) -> dict[str, Any]:
         """The scalar results, JSON-ready."""
@@ -115,29 +120,48 @@ class Comparison(eqx.Module):
         }
 
     def figure(self, title: str | None = None):
-        """Overlay of both losses (top) and the gaps (bottom), log time axis."""
+        """Both losses (top) against the chain's loss levels and the levels
+        whose crossings are compared (marked where the flow crosses them), and
+        the gaps (bottom), on a log time axis with the flow's stages shaded;
+        legends beside the panels."""
         import matplotlib.pyplot as plt
+
+        from ..plot import shade_stages
 
         fig, (ax, bx) = plt.subplots(
             2,
             1,
-            figsize=(7, 6),
+            figsize=(10, 6.5),
             sharex=True,
             height_ratios=(2, 1),
             layout="constrained",
         )
         pos = self.ts > 0
+        for a in (ax, bx):
+            shade_stages(a, self.flow_stages, labels=a is ax, alpha=0.15)
         ax.plot(self.ts[pos], self.flow_loss[pos], "k-", lw=2, label=self.labels[0])
         ax.plot(self.ts[pos], self.sgd_loss[pos], "C1--", lw=1.5, label=self.labels[1])
-        for lv, tc in zip(self.levels, self.flow_crossings, strict=True):
-            ax.axhline(lv, color="0.85", lw=0.8, zorder=0)
+        styles = {"log_d": (":", r"$\log d$"), "unigram": ("--", r"$H(\pi)$"),
+                  "conditional": ("-.", r"$H(P|\pi)$")}  # fmt: skip
+        for key, value in self.entropy_levels.items():
+            style, name = styles[key]
+            ax.axhline(value, color="tab:red", ls=style, lw=1,
+                       label=f"{name} = {value:.4f}")  # fmt: skip
+        for j, (lv, tc) in enumerate(
+            zip(self.levels, self.flow_crossings, strict=True)
+        ):
+            ax.axhline(lv, color="0.7", lw=0.7, zorder=0,
+                       label="compared levels (| flow crossing)" if j == 0 else None)  # fmt: skip
+            ax.annotate(f"{self.fractions[j]:g}", (1.0, lv), xycoords=("axes fraction", "data"),
+                        fontsize=6, color="0.4", va="center", ha="left")  # fmt: skip
             if np.isfinite(tc):
                 ax.plot(tc, lv, "k|", ms=10)
         ax.set_xscale("log")
         ax.set_ylabel("population loss")
-        ax.legend(loc="upper right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), fontsize=7,
+                  frameon=False)  # fmt: skip
         if title:
-            ax.set_title(title)
+            ax.set_title(title, fontsize=9)
         bx.plot(self.ts[pos], np.abs(self.loss_gap[pos]), "C0-", label="|loss gap|")
         bx.plot(
             self.ts[pos],
@@ -152,7 +176,8 @@ class Comparison(eqx.Module):
         bx.set_yscale("log")
         bx.set_xlabel("time t = lr x step")
         bx.set_ylabel("distance")
-        bx.legend(loc="lower right", fontsize=8)
+        bx.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), fontsize=7,
+                  frameon=False)  # fmt: skip
         return fig
 
     def save_figure(self, path, title: str | None = None) -> tuple[Path, Path]:
@@ -163,7 +188,7 @@ class Comparison(eqx.Module):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         png, pdf = path.with_suffix(".png"), path.with_suffix(".pdf")
-        fig.savefig(png, dpi=110)
+        fig.savefig(png, dpi=150)
         fig.savefig(pdf)
         plt.close(fig)
         return png, pdf
@@ -295,7 +320,21 @@ def compare(
         max_abs_gap_after=max_after,
         stage_time_diffs=stage_diffs,
         labels=labels,
+        entropy_levels=_levels(traj.chain),
+        flow_stages=tuple(getattr(traj, "stages", ()) or ()),
     )
+
+
+def _levels(chain) -> dict[str, float]:
+    """The chain's loss levels, or none for a problem without a chain."""
+    from ..problems._markov.chain import entropy_bounds
+
+    try:
+        levels = entropy_bounds(chain)
+    except (AttributeError, TypeError):
+        return {}
+    return {"log_d": levels["log_d"], "unigram": levels["unigram"],
+            "conditional": levels["conditional"]}  # fmt: skip
 
 
 __all__ = ["Comparison", "compare", "crossing_time"]

@@ -225,7 +225,7 @@ def as_corpus(
         return load(path_or_text, level, name=name, progress=progress)
     if isinstance(path_or_text, str):
         if path_or_text == BUILTIN:
-            return load(None, level)
+            return load(None, level, progress=progress)
         if "\x00" in path_or_text:
             raise nul_error(name, path_or_text)
         if names_a_path(path_or_text):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.threads import with_limited_blas_threads
 from ..problems._markov.chain import MarkovChain
 from ..problems._markov.model import Params
 from ._critical import refine_critical_point
@@ -89,6 +90,7 @@ def track_cluster(
     return clusters[best], float(scores[best])
 
 
+@with_limited_blas_threads
 def continue_critical_point(
     chains: Sequence[MarkovChain], params: Params, *, rel: float = 1e-2
 ) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .._core.threads import with_limited_blas_threads
 from .._engine.result import Trajectory
 from ._checks import (
     as_problem,
@@ -36,6 +37,7 @@ DEFAULT_PLATEAU_THRESHOLD = 1e-2
 # ---------------------------------------------------------------------------
 
 
+@with_limited_blas_threads
 def refine_critical_point(
     problem,
     params,
@@ -216,6 +218,7 @@ def plateaus(
     return out
 
 
+@with_limited_blas_threads
 def critical_points(
     traj: Trajectory,
     *,

@@ -8,6 +8,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._core.custom_types import PARAM_NAMES
+from .._core.threads import with_limited_blas_threads
 from .._engine.problem import Problem
 from ..problems._markov.model import AnyParams, Params
 from ..problems._markov.variants import Model, VariantParams
@@ -291,6 +292,7 @@ class Linearization(eqx.Module):
         return np.asarray(flat)
 
 
+@with_limited_blas_threads
 def linearize(
     problem,
     params,

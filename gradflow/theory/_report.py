@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core.threads import with_limited_blas_threads
 from .._engine.result import Trajectory
 from ..problems._markov.model import Params, attention, model_of
 from ..problems._markov.variants import Model, VariantParams
@@ -343,6 +344,7 @@ def _variant_rows(
     return rows + _later_rows(traj, points, list(range(len(points))))
 
 
+@with_limited_blas_threads
 def theory_report(
     traj: Trajectory,
     *,
