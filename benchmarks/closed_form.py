@@ -232,7 +232,10 @@ def child_memory(d: int, form: str, op: str) -> dict:
     jax.block_until_ready(lowered(*fargs))
     wall = time.perf_counter() - t
     peak = _hwm_kb()
+    stats = jax.devices()[0].memory_stats() or {}  # a GPU's own memory
+    device = stats.get("peak_bytes_in_use")
     return {
+        "device_peak_mb": None if device is None else device / 2**20,
         "d": d, "m": m, "form": form, "block": block if form != "autodiff" else None,
         "op": op, "peak_mb": peak / 1024, "resident_before_mb": base / 1024,
         "peak_before_reset_mb": before / 1024, "wall_s": wall, "load": load(),
@@ -242,7 +245,7 @@ def child_memory(d: int, form: str, op: str) -> dict:
 def memory(args) -> list[dict]:
     rows = []
     for d in args.memory_ds:
-        for form in ("autodiff", "blocked"):
+        for form in ("blocked",) if args.blocked_only else ("autodiff", "blocked"):
             for op in ("grad", "hvp"):
                 if form == "autodiff" and d > 4096 and op == "hvp":
                     continue  # would need more memory than this machine shares
@@ -254,10 +257,13 @@ def memory(args) -> list[dict]:
                     continue
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 rows.append(r)
+                device = r.get("device_peak_mb")
                 print(
                     f"d={d} {form:8s} {op}: peak {r['peak_mb']:8.0f} MB (resident "
                     f"before the call {r['resident_before_mb']:.0f} MB), "
-                    f"{r['wall_s']:.2f} s; load {r['load']}",
+                    f"{r['wall_s']:.2f} s"
+                    + ("" if device is None else f"; device peak {device:.0f} MB")
+                    + f"; load {r['load']}",
                     flush=True,
                 )
     return rows
@@ -293,6 +299,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-ds", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--blocked-only", action="store_true")
     parser.add_argument("--doc", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--child-memory", nargs=3, default=None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .preload import preload_figures
 from .sgd import (
     add_model_arguments,
     add_text_arguments,
@@ -54,7 +55,8 @@ def register(subparsers) -> None:
             "new_direction) from the saved points, print a stage table, and write "
             "into --out: "
             "trajectory.npz, stages.csv, events.csv and the figures (summary, "
-            "embedding PCA, attention at the stage boundaries; PNG and PDF). "
+            "embedding PCA, attention at the stage boundaries; PNG, and PDF with "
+            "--pdf). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
             "--t1 20000 follows the loss down to the conditional entropy. "
@@ -191,6 +193,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("gradflow_run"), help="output directory"
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
+    g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -287,6 +290,8 @@ def run(args) -> int:
     import gradflow as gf
 
     interrupted = None
+    if not args.no_figures:
+        preload_figures()  # imported while the solve runs
     try:
         chain, description = _chain(args)
         model = model_from_args(args)
@@ -351,7 +356,7 @@ def run(args) -> int:
     if not args.no_figures:
         from .. import plot
 
-        written += [p.name for p in plot.plot_all(traj, out)]
+        written += [p.name for p in plot.plot_all(traj, out, pdf=args.pdf)]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(
