@@ -169,7 +169,7 @@ def child_parts(out: Path, extra: list[str]) -> dict:
     }
 
 
-def parts_section(repeats: int, extra: list[str]) -> None:
+def parts_section(repeats: int, extra: list[str], doc: str | None = None) -> None:
     """Cold and warm runs (each in a fresh process, the warm one with the
     cache the cold one left), beside `python -c "import gradflow"`, split into
     parts; the median over `repeats` pairs."""
@@ -205,14 +205,31 @@ def parts_section(repeats: int, extra: list[str]) -> None:
                 )
     imp = statistics.median(imports)
     print(f"\n`python -c 'import gradflow'`: median {imp:.2f} s ({imports})")
+    keys = [k for k in rows["cold"][0] if k not in ("total", "wall")]
+    lines = [
+        "| `gradflow run` | wall s (median) | x `import gradflow` | "
+        + " | ".join(keys)
+        + " |",
+        "| --- | --- | --- |" + " --- |" * len(keys),
+        f"| `python -c 'import gradflow'` | {imp:.2f} | 1 |" + " |" * len(keys),
+    ]
     for kind, rs in rows.items():
-        keys = [k for k in rs[0] if k != "total"]
-        med = {k: statistics.median(r[k] for r in rs) for k in keys}
-        print(
-            f"`gradflow run {' '.join(extra)}` {kind}: median {med['wall']:.2f} s = "
-            f"{med['wall'] / imp:.2f} x the import; "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in med.items() if k != "wall")
+        med = {k: statistics.median(r[k] for r in rs) for k in ["wall", *keys]}
+        lines.append(
+            f"| {kind} cache | {med['wall']:.2f} | {med['wall'] / imp:.2f} | "
+            + " | ".join(f"{med[k]:.2f}" for k in keys)
+            + " |"
         )
+    table = (
+        "\n".join(lines) + f"\n\n({repeats} pairs of runs; load at the end {_load()})"
+    )
+    print("\n" + table)
+    if doc:
+        path = Path(doc)
+        body = path.read_text()
+        begin, end = "<!-- startup-parts -->", "<!-- /startup-parts -->"
+        a, b = body.index(begin) + len(begin), body.index(end)
+        path.write_text(body[:a] + "\n\n" + table + "\n\n" + body[b:])
 
 
 def main() -> None:
@@ -223,12 +240,13 @@ def main() -> None:
     ap.add_argument("--skip-stages", action="store_true")
     ap.add_argument("--parts", action="store_true")
     ap.add_argument("--child-parts", type=Path, default=None)
+    ap.add_argument("--doc", default=None, help="with --parts: write its table here")
     args, extra = ap.parse_known_args()
     if args.child_parts is not None:
         print(json.dumps(child_parts(args.child_parts, extra)))
         return
     if args.parts:
-        parts_section(args.repeats, extra)
+        parts_section(args.repeats, extra, args.doc)
         return
     if not args.skip_cli:
         cli_section(args.baseline, args.repeats)

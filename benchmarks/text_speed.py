@@ -92,6 +92,18 @@ def compare(args) -> None:
             raise SystemExit(f"{name} failed; see {out / name / 'log.txt'}")
         print(f"{name} done after {time.perf_counter() - t0:.0f} s; load {load()}")
     rows = {name: result(out / name) for name in procs}
+    (out / "text_speed.json").write_text(
+        json.dumps(
+            {"rows": rows, "rss_mb": rss, "load": load()}, indent=1, default=str
+        )  # fmt: skip
+    )
+    report(out, args.doc)
+
+
+def report(out: Path, doc: str | None) -> None:
+    """The table of a comparison from its saved results (`--report OUT`)."""
+    saved = json.loads((out / "text_speed.json").read_text())
+    rows, rss = saved["rows"], saved["rss_mb"]
     sums = {name: summary(r) for name, r in rows.items()}
     same = sums["before"] == sums["after"]
     speed = rows["before"]["flow_wall_s"] / rows["after"]["flow_wall_s"]
@@ -113,19 +125,12 @@ def compare(args) -> None:
         "",
         f"Speed-up (before / after wall time of the flow): **{speed:.2f}x**; the "
         f"analysis is {'the same' if same else 'NOT the same'} to the printed "
-        f"digits. Load at the end: {load()}.",
+        f"digits. Load average at the end: {saved.get('load', 'not recorded')}.",
     ]
     table = "\n".join(lines)
     print("\n" + table)
-    (out / "text_speed.json").write_text(
-        json.dumps(
-            {"rows": rows, "rss_mb": rss, "speedup": speed, "same": same},
-            indent=1,
-            default=str,
-        )  # fmt: skip
-    )
-    if args.doc:
-        write_doc(args.doc, "text-speed", table)
+    if doc:
+        write_doc(doc, "text-speed", table)
 
 
 def single(args) -> None:
@@ -170,11 +175,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", default=None, metavar="OLD")
     parser.add_argument("--single", type=int, default=None, metavar="D")
-    parser.add_argument("--t1", type=float, required=True)
+    parser.add_argument("--report", default=None, metavar="OUT",
+                        help="the table of an earlier --compare into OUT")  # fmt: skip
+    parser.add_argument("--t1", type=float, default=None)
     parser.add_argument("--budget", type=float, default=None)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", default=None)
     parser.add_argument("--doc", default=None)
     args = parser.parse_args()
+    if args.report:
+        report(Path(args.report), args.doc)
+        return
+    if args.t1 is None or args.out is None:
+        parser.error("--t1 and --out are required")
     if args.compare:
         compare(args)
     elif args.single:
