@@ -195,9 +195,10 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
       parameters on and with a low-rank W, `"residual"` below (every recorded
       result of the paper's models, bit for bit).
     - `max_rank`: an adaptive rank. An integer: start at `rank` and double it
-      (up to `max_rank`) when, right after a refresh, the untracked part still
-      sets the step ($h \rho >$ 1 at two refreshes in a row): the Hessian has
-      more large eigenvalues than the rank. `None`: the rank stays `rank`.
+      (up to `max_rank`) when, at a refresh, the untracked part still sets the
+      step ($h \lambda_{out} >$ `RANK_TOL` (1.5) for the largest eigenvalue
+      outside the tracked subspace, at `RANK_STRIKES` (4) refreshes in a row):
+      the Hessian has more large eigenvalues than the rank. `None`: the rank stays `rank`.
       `"auto"` (default): `4 * rank` from `AUTO_MIN_SIZE` parameters on,
       `None` below. Not with `carry_basis`.
 
