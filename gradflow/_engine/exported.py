@@ -161,7 +161,8 @@ def call(name: str, fn: Callable, *args) -> Any:
     caller takes its ordinary path)."""
     if _DIR is None:
         return None
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
+    tracer = jax.core.Tracer  # pyright: ignore[reportAttributeAccessIssue]
+    if any(isinstance(x, tracer) for x in jax.tree.leaves(args)):
         return None
     try:
         key, leaves, treedef, static = _key(name, args)
