@@ -213,6 +213,7 @@ def _worker(rank: int, size: int, conn):
     share = list(range(rank, 8, size))
     sweep64(gf, share)
     warm = time.perf_counter() - t0
+    conn.send("ready")
     conn.recv()  # all workers compiled: start the timed work together
     t = time.perf_counter()
     sweep64(gf, share)
@@ -239,7 +240,7 @@ def child_workers(size: int) -> dict:
         pipes.append(a)
         procs.append(p)
     for a in pipes:  # wait for each worker's first call
-        a.poll(None)
+        assert a.recv() == "ready"
     ready = time.perf_counter() - start
     t_work = time.perf_counter()
     for a in pipes:
