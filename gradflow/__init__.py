@@ -10,11 +10,11 @@ and the user has not chosen (`gradflow/_core/devices.py`;
 
 import jax
 
-from ._core.devices import use_every_core
+from ._core.devices import use_every_core as _use_every_core
 
 
 jax.config.update("jax_enable_x64", True)
-use_every_core()
+_use_every_core()
 
 from . import (  # noqa: E402
     chains as chains,

@@ -530,27 +530,9 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         resid = Ju - V @ (mu * (V.T @ state.u))
         rho = jnp.linalg.norm(resid)
         u = jnp.where(rho > 0, resid / jnp.where(rho > 0, rho, 1.0), state.u)
-        rho_floor, level, strikes = state.rho_floor, state.level, state.strikes
-        if rho_floor is not None:
-            # Rule "growth": measured right after a refresh, rho is what a
-            # refresh cannot remove (the untracked eigenvalues); refresh again
-            # only when J - W has grown by more than jacobian_tol / h since.
-            rho_floor = jnp.where(refresh, rho, rho_floor)
-            stale = jnp.abs(h) * (rho - rho_floor) > self.jacobian_tol
-        else:
-            stale = jnp.abs(h) * rho > self.jacobian_tol
-        if level is not None and strikes is not None:
-            # Adaptive rank: when at a refresh the largest untracked
-            # eigenvalue is large for the step (h lam_out > RANK_TOL) at
-            # RANK_STRIKES refreshes in a row, the next refresh tracks twice as
-            # many eigenpairs.
-            assert lam_out is not None
-            stiff = jnp.abs(h) * lam_out > RANK_TOL
-            strikes = jnp.where(refresh, jnp.where(stiff, strikes + 1, 0), strikes)
-            grow = (strikes >= RANK_STRIKES) & (level < len(ranks) - 1)
-            level = jnp.where(grow, level + 1, level)
-            strikes = jnp.where(grow, 0, strikes)
-            stale = stale | grow
+        stale, rho_floor, level, strikes = self._next_refresh(
+            state, refresh, h, rho, lam_out=lam_out, num_ranks=len(ranks)
+        )
         age = jnp.where(refresh, 1, state.age + 1)
         new_state = RosenbrockWState(
             f0=f1,
@@ -572,6 +554,35 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         y1 = unravel(x1)
         dense_info = dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
         return y1, unravel(err), dense_info, new_state, dfx.RESULTS.successful
+
+    def _next_refresh(
+        self, state: RosenbrockWState, refresh, h, rho, *, lam_out, num_ranks: int
+    ):
+        """Whether W is stale for the next step, and the refresh rule's and
+        the adaptive rank's state after this one: `(stale, rho_floor, level,
+        strikes)`."""
+        rho_floor, level, strikes = state.rho_floor, state.level, state.strikes
+        if rho_floor is not None:
+            # Rule "growth": measured right after a refresh, rho is what a
+            # refresh cannot remove (the untracked eigenvalues); refresh again
+            # only when J - W has grown by more than jacobian_tol / h since.
+            rho_floor = jnp.where(refresh, rho, rho_floor)
+            stale = jnp.abs(h) * (rho - rho_floor) > self.jacobian_tol
+        else:
+            stale = jnp.abs(h) * rho > self.jacobian_tol
+        if level is not None and strikes is not None:
+            # Adaptive rank: when at a refresh the largest untracked
+            # eigenvalue is large for the step (h lam_out > RANK_TOL) at
+            # RANK_STRIKES refreshes in a row, the next refresh tracks twice as
+            # many eigenpairs.
+            assert lam_out is not None
+            stiff = jnp.abs(h) * lam_out > RANK_TOL
+            strikes = jnp.where(refresh, jnp.where(stiff, strikes + 1, 0), strikes)
+            grow = (strikes >= RANK_STRIKES) & (level < num_ranks - 1)
+            level = jnp.where(grow, level + 1, level)
+            strikes = jnp.where(grow, 0, strikes)
+            stale = stale | grow
+        return stale, rho_floor, level, strikes
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)

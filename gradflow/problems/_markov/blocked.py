@@ -120,9 +120,9 @@ def population_loss_and_grad(
     W1: Float[Array, "d m"],
     WQ: Float[Array, "m m"],
     WK: Float[Array, "m m"],
+    *,
     P: Float[Array, "d d"],
     pi: Float[Array, " d"],
-    *,
     block: int,
     grad: bool = True,
 ) -> tuple[Scalar, tuple[Array, Array, Array, Array] | None]:
@@ -174,7 +174,7 @@ def population_loss_and_grad(
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _loss(params, chain: MarkovChain, block: int) -> Scalar:
     L, _ = population_loss_and_grad(
-        params.W0, params.W1, params.WQ, params.WK, chain.P, chain.pi,
+        params.W0, params.W1, params.WQ, params.WK, P=chain.P, pi=chain.pi,
         block=block, grad=False,
     )  # fmt: skip
     return L
@@ -189,7 +189,13 @@ def _loss_jvp(block, primals, tangents):
             "the chain; use gradflow.population_loss(params, chain) for that"
         )
     L, grads = population_loss_and_grad(
-        params.W0, params.W1, params.WQ, params.WK, chain.P, chain.pi, block=block
+        params.W0,
+        params.W1,
+        params.WQ,
+        params.WK,
+        P=chain.P,
+        pi=chain.pi,
+        block=block,
     )
     assert grads is not None
     dL = jnp.zeros((), L.dtype)
