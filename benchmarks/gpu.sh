@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# One-shot GPU benchmark for a session that has the device machine (none was
-# lent to the session that wrote this script, so it has NOT been run yet).
+# One-shot GPU benchmark for a session that has the device machine. Not run
+# by the sessions that wrote it (none was lent a device): every GPU number is
+# "not measured" until a session runs this.
 #
 # Run it through the device tool from the repository root, e.g.
-#     run(command="bash benchmarks/gpu.sh", timeout_s=580)
+#     run(command="bash benchmarks/gpu.sh", timeout_s=590)
 # The device image has python3 with jax[cuda], diffrax, equinox, optimistix,
 # lineax, jaxtyping and scipy (see /work/.library/device/KINDS.md); gradflow
-# itself is imported from the working tree through PYTHONPATH.
+# itself is imported from the working tree through PYTHONPATH (flatbuffers and
+# tokenizers, if missing, only turn off the exported chunk and BPE).
 #
-# It writes everything under $OUT (or ./gpu-out when OUT is unset):
-#   sweep.md, sweep.json  issue 13's criterion: 64 members against one, and
-#                      the cost per member at 1, 8, 64, 256 and 1,024 members
-#                      (on a GPU every member of the device in one vmap)
-#   solvers-quick.md   the quick solver table (sticky scenario), float64
-#   scaling-grad.md    time per gradient / HVP for d = 8 ... 2048, float64
+# Everything goes under $OUT (or ./gpu-out when OUT is unset), one file per
+# part, each part with its own time limit (about 560 s in all):
 #   env.txt            versions and the GPU
-# Risk: the sticky scenario is tiny (224 parameters), so on a GPU each Tsit5
-# step is kernel-launch bound; the tight reference (about 700,000 Tsit5 steps)
-# and the Tsit5 baseline may not finish inside the 330 s given to them. The
-# scaling table (large d) is the part where the GPU should shine.
-# Float32: gradflow.integrate(dtype="float32") works on GPU, but the benchmark
-# tables are float64 only (the tight reference needs it); a float32 table is
-# still to be written.
+#   sweep.md/.json     the 64-member sweep against one member, and the cost
+#                      per member at 1, 8, 64, 256 and 1,024 members (on a GPU
+#                      every member of the device in one vmap)
+#   closed-form.md     FLOP rates of the gradient and the HVP, autodiff and
+#                      blocked forms, d = 256 ... 8192, width 16 and 32,
+#                      against the GPU's float64 matrix-multiply rate
+#   memory.md          device peak memory of one gradient / one HVP of the
+#                      blocked form at d = 8192, 16384, 32768 (width 16)
+#   flow-2048.md       the 2,048-word text flow (to t = 2000 or its budget)
+#   flow-4096.md       the largest vocabulary tried: 4,096 words
+#   startup.md         `gradflow run`, cold and warm, split into parts
 set -u -o pipefail
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
@@ -34,9 +36,13 @@ PY="${PYTHON:-python3}"
   "$PY" -c "import jax, diffrax, equinox; print('jax', jax.__version__, jax.devices()); print('diffrax', diffrax.__version__, 'equinox', equinox.__version__)"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-# The sweep first (issue 13's GPU criterion), then the grad/HVP table (short,
-# where a GPU should shine), then the quick solver table; 580 s in all at most.
-timeout 240 "$PY" benchmarks/sweep.py --sizes 1 8 64 256 1024 --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.md"
-timeout 120 "$PY" benchmarks/scaling.py --max-d 2048 --skip-cycle 2>&1 | tee "$OUT/scaling-grad.md"
-# The quick solver table (computes the tight Tsit5 reference first, cached in $OUT).
-timeout 220 "$PY" benchmarks/solvers.py --quick --cache "$OUT/cache" 2>&1 | tee "$OUT/solvers-quick.md"
+# 1. Sweeps: on a GPU a sweep batches the members of a device under vmap.
+timeout 150 "$PY" benchmarks/sweep.py --sizes 1 8 64 256 1024 --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.md"
+# 2. The closed form at large d (rates against the GPU's float64 matmul).
+timeout 110 "$PY" benchmarks/closed_form.py --ds 256 1024 2048 4096 8192 --ms 16 32 --rounds 2 --json "$OUT/closed-form.json" 2>&1 | tee "$OUT/closed-form.md"
+timeout 60 "$PY" benchmarks/closed_form.py --memory --memory-ds 8192 16384 32768 --blocked-only 2>&1 | tee "$OUT/memory.md"
+# 3. Large-vocabulary text flows of this checkout (a wall-clock budget each).
+timeout 100 "$PY" benchmarks/text_speed.py --single 2048 --t1 2000 --budget 80 --out "$OUT/flow-2048" 2>&1 | tee "$OUT/flow-2048.md"
+timeout 80 "$PY" benchmarks/text_speed.py --single 4096 --t1 4000 --budget 60 --out "$OUT/flow-4096" 2>&1 | tee "$OUT/flow-4096.md"
+# 4. Start-up of the main job (cold, then warm), split into parts.
+timeout 60 "$PY" benchmarks/startup.py --parts --repeats 1 2>&1 | tee "$OUT/startup.md"

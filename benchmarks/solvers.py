@@ -28,6 +28,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
 import pathlib  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -626,6 +628,17 @@ def table(sc, quick, repeats, cache, num_saves=2000):
     return firsts
 
 
+class _Tee(io.TextIOBase):
+    """Writes to the real standard output and to a buffer."""
+
+    def __init__(self, buffer: io.StringIO):
+        self.buffer_ = buffer
+
+    def write(self, text):
+        sys.__stdout__.write(text)
+        return self.buffer_.write(text)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -644,6 +657,13 @@ def main(argv=None):
     )
     parser.add_argument(
         "--json", default=None, help="--scenario full: also write its rows here"
+    )
+    parser.add_argument(
+        "--doc",
+        nargs=2,
+        default=None,
+        metavar=("PAGE", "MARKER"),
+        help="write the sticky table between <!-- MARKER --> and <!-- /MARKER -->",
     )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)  # for the fast rows
@@ -665,7 +685,21 @@ def main(argv=None):
         if name == "full":
             full_combination(json_path=args.json)
             continue
-        table(makers[name](), args.quick, repeats, args.cache)
+        if args.doc is None:
+            table(makers[name](), args.quick, repeats, args.cache)
+            continue
+        buffer = io.StringIO()
+
+        with contextlib.redirect_stdout(_Tee(buffer)):
+            table(makers[name](), args.quick, repeats, args.cache)
+        rows = [ln for ln in buffer.getvalue().splitlines() if ln.startswith("|")]
+        load = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+        page, marker = args.doc
+        body = pathlib.Path(page).read_text()
+        begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+        a, b = body.index(begin) + len(begin), body.index(end)
+        text = "\n".join(rows) + f"\n\n(load average at the end: {load})"
+        pathlib.Path(page).write_text(body[:a] + "\n\n" + text + "\n\n" + body[b:])
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ shared; numbers move with the load).
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -111,13 +112,142 @@ def stages_section(repeats: int) -> None:
     )
 
 
+# -- where a run's time goes ------------------------------------------------------
+
+_JAX_PARTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "tracing",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowering",
+    "/jax/core/compile/backend_compile_duration": "compiling",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache reads",
+}
+
+
+def child_parts(out: Path, extra: list[str]) -> dict:
+    """One `gradflow run` in this (fresh) process, its time split into parts:
+    the imports, then inside the run the JAX parts (tracing, lowering to
+    MLIR, compiling, reading the persistent cache; summed over every
+    compilation), the figures, and the rest (the solve, the stage analysis,
+    the files)."""
+    start = time.perf_counter()
+    import jax
+
+    import gradflow  # noqa: F401
+    import gradflow.cli as cli
+    import gradflow.plot as plot
+
+    t_import = time.perf_counter() - start
+    parts = dict.fromkeys(_JAX_PARTS.values(), 0.0)
+
+    def listener(event, duration, **kwargs):
+        if event in _JAX_PARTS:
+            parts[_JAX_PARTS[event]] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    figures = [0.0]
+    plot_all = plot.plot_all
+
+    def timed_plot_all(*a, **k):
+        t = time.perf_counter()
+        try:
+            return plot_all(*a, **k)
+        finally:
+            figures[0] += time.perf_counter() - t
+
+    plot.plot_all = timed_plot_all
+    t = time.perf_counter()
+    code = cli.main(["run", "--out", str(out), "--no-progress", *extra])
+    t_run = time.perf_counter() - t
+    if code != 0:
+        raise SystemExit(f"gradflow run returned {code}")
+    jax_total = sum(parts.values())
+    return {
+        "imports": t_import,
+        **parts,
+        "figures": figures[0],
+        "solve and the rest": t_run - jax_total - figures[0],
+        "total": time.perf_counter() - start,
+    }
+
+
+def parts_section(repeats: int, extra: list[str], doc: str | None = None) -> None:
+    """Cold and warm runs (each in a fresh process, the warm one with the
+    cache the cold one left), beside `python -c "import gradflow"`, split into
+    parts; the median over `repeats` pairs."""
+    rows: dict[str, list[dict]] = {"cold": [], "warm": []}
+    imports = []
+    env0 = dict(os.environ, PYTHONPATH=str(ROOT))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for r in range(repeats):
+            t = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-c", "import gradflow"], env=env0, check=True
+            )
+            imports.append(time.perf_counter() - t)
+            cache = tmp / f"cache-{r}"
+            for kind in ("cold", "warm"):
+                env = dict(env0, JAX_COMPILATION_CACHE_DIR=str(cache))
+                cmd = [sys.executable, __file__, "--child-parts",
+                       str(tmp / f"out-{r}-{kind}"), *extra]  # fmt: skip
+                t = time.perf_counter()
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                wall = time.perf_counter() - t
+                if done.returncode != 0:
+                    raise SystemExit(done.stderr[-3000:])
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row["wall"] = wall
+                rows[kind].append(row)
+                print(
+                    f"  {kind}: {wall:5.1f} s wall; "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "wall")
+                    + f"   ({_load()})",
+                    flush=True,
+                )
+    imp = statistics.median(imports)
+    print(f"\n`python -c 'import gradflow'`: median {imp:.2f} s ({imports})")
+    keys = [k for k in rows["cold"][0] if k not in ("total", "wall")]
+    lines = [
+        "| `gradflow run` | wall s (median) | x `import gradflow` | "
+        + " | ".join(keys)
+        + " |",
+        "| --- | --- | --- |" + " --- |" * len(keys),
+        f"| `python -c 'import gradflow'` | {imp:.2f} | 1 |" + " |" * len(keys),
+    ]
+    for kind, rs in rows.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ["wall", *keys]}
+        lines.append(
+            f"| {kind} cache | {med['wall']:.2f} | {med['wall'] / imp:.2f} | "
+            + " | ".join(f"{med[k]:.2f}" for k in keys)
+            + " |"
+        )
+    table = (
+        "\n".join(lines) + f"\n\n({repeats} pairs of runs; load at the end {_load()})"
+    )
+    print("\n" + table)
+    if doc:
+        path = Path(doc)
+        body = path.read_text()
+        begin, end = "<!-- startup-parts -->", "<!-- /startup-parts -->"
+        a, b = body.index(begin) + len(begin), body.index(end)
+        path.write_text(body[:a] + "\n\n" + table + "\n\n" + body[b:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-cli", action="store_true")
     ap.add_argument("--skip-stages", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--parts", action="store_true")
+    ap.add_argument("--child-parts", type=Path, default=None)
+    ap.add_argument("--doc", default=None, help="with --parts: write its table here")
+    args, extra = ap.parse_known_args()
+    if args.child_parts is not None:
+        print(json.dumps(child_parts(args.child_parts, extra)))
+        return
+    if args.parts:
+        parts_section(args.repeats, extra, args.doc)
+        return
     if not args.skip_cli:
         cli_section(args.baseline, args.repeats)
     if not args.skip_stages:

@@ -1,32 +1,48 @@
-"""Batched sweeps against one member: wall time of gf.sweep over 64 members
+"""Sweeps against a loop of solo runs, and how they scale with the cores.
+
+Two modes.
+
+**In one process** (as before): the wall time of gf.sweep over 64 members
 (8 delta x 8 seeds of sticky(6, 0.5, 0.5, delta), width 8, t1 = 5000) and of
-one gf.integrate member, in the same process, both compiled first; then the
-cost per member at 1, 8, 64 and 256 members.
+one gf.integrate member, both compiled first; the cost per member at 1, 8,
+64 and 256 members; the same 64 members as a loop of gf.integrate calls.
 
     PYTHONPATH=. python benchmarks/sweep.py [--sizes 1 8 64 256] [--json out.json]
         [--batch-size N | --batch-size all]
 
-`--batch-size` is `gf.sweep`'s (how many of a device's members step together
-under `vmap`; default: 1 on a CPU, all on a GPU or TPU); `all` batches every
-member of a device.
+**Scaling** (`--scaling`): one script run that times, side by side, the 64-
+member sweep on 1, 2, 4, ... host devices (each count in a fresh process with
+`GRADFLOW_CPU_DEVICES`, since JAX fixes its devices when it starts) against
+the loop of gf.integrate calls timed in the same process, and the same 64
+members shared out to 1, 2, ... worker processes (`multiprocessing`, spawn;
+each worker one device, its members dealt in turn as on devices): the time
+of the work once the workers have compiled (a warm pool), and the time of a
+whole call (start, imports, compilation with a warm cache, work).
 
-Each configuration runs once to compile and is then timed `--repeat` times
-(best of). Done means: 64 members cost at most 8x one member.
+    PYTHONPATH=. python benchmarks/sweep.py --scaling [--devices 1 2 4]
+        [--workers 1 2] [--json out.json] [--doc docs/performance.md]
+
+`--doc` writes the table between the markers `<!-- sweep-scaling -->` and
+`<!-- /sweep-scaling -->` of that page. The criterion of issue 27: the
+64-member sweep at most 0.6x the loop's wall time on this machine.
 """
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import gradflow as gf
-
 
 D, TOP, RHO, WIDTH, SCALE, T1 = 6, 0.5, 0.5, 8, 1e-3, 5000.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def members(n: int):
+def members(gf, n: int):
     """`n` members: 8 deltas x n/8 seeds (fewer deltas below 8)."""
     n_delta = min(8, n)
     deltas = np.linspace(0.0, 0.1, 8)[:n_delta]
@@ -47,14 +63,16 @@ def best_of(fn, repeat: int) -> tuple[float, float, object]:
     return best, cpu, out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64, 256])
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--no-stages", action="store_true")
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--batch-size", default=None)
-    args = parser.parse_args()
+def load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+# -- in one process --------------------------------------------------------------
+
+
+def in_process(args):
+    import gradflow as gf
+
     batch_size = args.batch_size
     if batch_size == "all":
         batch_size = 1 << 30
@@ -71,12 +89,12 @@ def main():
     t_solo, c_solo, traj = best_of(solo, args.repeat)
     print(
         f"one member (gf.integrate): {t_solo:.2f} s wall, {c_solo:.2f} s CPU, "
-        f"{traj.stats['num_steps']} steps",
+        f"{traj.stats['num_steps']} steps ({load()})",
         flush=True,
     )
     rows = []
     for n in sorted(set(args.sizes) | {64}, key=lambda n: (n != 64, n)):
-        chains, seeds, deltas = members(n)
+        chains, seeds, deltas = members(gf, n)
 
         def run(chains=chains, seeds=seeds, deltas=deltas):
             return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH,
@@ -99,59 +117,255 @@ def main():
         r = rows[-1]
         print(
             f"{r['members']:4d} members: {t:8.2f} s wall = {r['vs_one_member']:6.2f} x "
-            f"one member, {r['per_member_s']:.3f} s per member; CPU {c:.2f} s = "
-            f"{r['cpu_vs_one_member']:.2f} x, {r['cpu_per_member_s']:.3f} s per member "
-            f"(first call "
-            f"{t_first:.1f} s; steps mean {r['mean_steps']:.0f}, max "
+            f"one member, {r['per_member_s']:.3f} s per member; CPU {c:.2f} s "
+            f"(first call {t_first:.1f} s; steps mean {r['mean_steps']:.0f}, max "
             f"{r['max_steps']}; {r['ok']} ok; {r['devices']} device(s), batch "
-            f"size {r['batch_size']})",
+            f"size {r['batch_size']}; {load()})",
             flush=True,
         )
     r64 = next(r for r in rows if r["members"] == 64)
-    # The same 64 members as a loop of gf.integrate calls (one compile, shared):
-    # what a sweep replaces.
-    chains, seeds, _ = members(64)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    loop_steps = [
-        gf.integrate(ch, SCALE, width=WIDTH, t1=T1, seed=s, progress=False,
-                     stages=stages).stats["num_steps"]
-        for ch in chains for s in seeds
-    ]  # fmt: skip
-    t_loop, c_loop = time.perf_counter() - start, time.process_time() - start_cpu
+    t_loop, c_loop = loop_of_integrate(gf, stages)
     print(
-        f"the 64 members one by one (gf.integrate loop): {t_loop:.2f} s wall, "
-        f"{c_loop:.2f} s CPU (steps mean {np.mean(loop_steps):.0f}, max "
-        f"{max(loop_steps)}): the sweep is {t_loop / r64['wall_s']:.2f} x faster "
-        f"(wall), {c_loop / r64['cpu_s']:.2f} x (CPU)",
+        f"the 64 members as a loop of gf.integrate: {t_loop:.2f} s wall, "
+        f"{c_loop:.2f} s CPU: the sweep takes {r64['wall_s'] / t_loop:.2f} x the "
+        f"loop's wall time ({load()})",
         flush=True,
     )
-    solo_steps = traj.stats["num_steps"]
-    if r64["batch_size"] > 1:
-        print(
-            f"a batch takes as many steps as its slowest member: {r64['max_steps']} "
-            f"here against {solo_steps} for the one member above, so "
-            f"{r64['max_steps'] / solo_steps:.2f} x of the ratio is that member's "
-            "longer path"
-        )
-    print(
-        f"the 64 members take {r64['total_steps']} steps in all, "
-        f"{r64['total_steps'] / solo_steps:.0f} x the one member's {solo_steps}: "
-        "where members are stepped one after another (a CPU), the cost grows "
-        "with that total, and only a call's fixed costs (paid once by the sweep, "
-        "once per member by a loop) bring the ratio below it"
-    )
     r64.update(loop_wall_s=t_loop, loop_cpu_s=c_loop)
-    for key, what in (("vs_one_member", "wall"), ("cpu_vs_one_member", "CPU")):
-        verdict = "meets" if r64[key] <= 8 else "does NOT meet"
-        print(
-            f"64 members cost {r64[key]:.2f} x one member ({what} time): {verdict} "
-            "the <= 8x criterion"
-        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"one_member_s": t_solo, "one_member_cpu_s": c_solo,
-                       "stages": stages, "rows": rows}, f,
-                      indent=1)  # fmt: skip
+                       "stages": stages, "rows": rows}, f, indent=1)  # fmt: skip
+
+
+def loop_of_integrate(gf, stages: bool = True) -> tuple[float, float]:
+    """The 64 members as a loop of gf.integrate calls (compiled first): what a
+    sweep replaces. Wall and CPU time."""
+    chains, seeds, _ = members(gf, 64)
+    gf.integrate(chains[0], SCALE, width=WIDTH, t1=T1, progress=False, stages=stages)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    for ch in chains:
+        for s in seeds:
+            gf.integrate(ch, SCALE, width=WIDTH, t1=T1, seed=s, progress=False,
+                         stages=stages)  # fmt: skip
+    return time.perf_counter() - start, time.process_time() - start_cpu
+
+
+# -- scaling: host devices --------------------------------------------------------
+
+
+def sweep64(gf, seed_share=None):
+    """The 64-member sweep, or (for a worker) all chains with the seeds
+    `seed_share`: dealing the 64 members in turn to `k` workers (k divides 8)
+    gives worker `r` exactly the seeds `r, r + k, ...` of every chain."""
+    chains, seeds, deltas = members(gf, 64)
+    seeds = list(seeds) if seed_share is None else seed_share
+    return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH, t1=T1,
+                    labels={"delta": deltas}, progress=False)  # fmt: skip
+
+
+def child_devices(repeat: int) -> dict:
+    """In a fresh process with GRADFLOW_CPU_DEVICES set by the parent: the
+    64-member sweep and the loop of gf.integrate, side by side."""
+    import jax
+
+    import gradflow as gf
+
+    start = time.perf_counter()
+    sw = sweep64(gf)  # compile
+    first = time.perf_counter() - start
+    walls, loops = [], []
+    for _ in range(repeat):  # alternate, so that load changes hit both
+        t = time.perf_counter()
+        sw = sweep64(gf)
+        walls.append(time.perf_counter() - t)
+        loops.append(loop_of_integrate(gf)[0])
+    solo = [
+        float(t.loss[-1]) for t in (
+            gf.integrate(members(gf, 64)[0][i // 8], SCALE, width=WIDTH, t1=T1,
+                         seed=i % 8, progress=False)
+            for i in (0, 9, 63)
+        )
+    ]  # fmt: skip
+    same = [float(sw[i].loss[-1]) == solo[k] for k, i in enumerate((0, 9, 63))]
+    return {
+        "devices": len(jax.devices()),
+        "sweep_s": min(walls),
+        "loop_s": min(loops),
+        "ratio": min(w / lp for w, lp in zip(walls, loops, strict=True)),
+        "ratios": [w / lp for w, lp in zip(walls, loops, strict=True)],
+        "first_call_s": first,
+        "members_equal_solo": all(same),
+        "steps": [int(x) for x in sw.stats["num_steps"]],
+        "load": load(),
+    }
+
+
+# -- scaling: worker processes ---------------------------------------------------
+
+
+def _worker(rank: int, size: int, conn):
+    """One worker: its share of the 64 members (dealt in turn), swept once to
+    compile, then timed; sends (import + first call, timed work)."""
+    t0 = time.perf_counter()
+    import gradflow as gf
+
+    share = list(range(rank, 8, size))
+    sweep64(gf, share)
+    warm = time.perf_counter() - t0
+    conn.send("ready")
+    conn.recv()  # all workers compiled: start the timed work together
+    t = time.perf_counter()
+    sweep64(gf, share)
+    conn.send((warm, time.perf_counter() - t))
+    conn.close()
+
+
+def child_workers(size: int) -> dict:
+    import multiprocessing as mp
+
+    if 8 % size:
+        raise SystemExit(f"--workers: each count must divide 8, got {size}")
+
+    import gradflow as gf
+
+    ctx = mp.get_context("spawn")
+    os.environ["GRADFLOW_CPU_DEVICES"] = "1"
+    start = time.perf_counter()
+    pipes, procs = [], []
+    for rank in range(size):
+        a, b = ctx.Pipe()
+        p = ctx.Process(target=_worker, args=(rank, size, b))
+        p.start()
+        pipes.append(a)
+        procs.append(p)
+    for a in pipes:  # wait for each worker's first call
+        assert a.recv() == "ready"
+    ready = time.perf_counter() - start
+    t_work = time.perf_counter()
+    for a in pipes:
+        a.send("go")
+    results = [a.recv() for a in pipes]
+    work = time.perf_counter() - t_work
+    for p in procs:
+        p.join()
+    # a whole call: spawn, imports, compile (warm cache), work
+    whole = ready + work
+    loop = loop_of_integrate(gf)[0]
+    return {
+        "workers": size,
+        "work_s": work,
+        "whole_call_s": whole,
+        "start_and_compile_s": ready,
+        "loop_s": loop,
+        "ratio_work": work / loop,
+        "ratio_whole": whole / loop,
+        "per_worker_work_s": [r[1] for r in results],
+        "load": load(),
+    }
+
+
+def run_child(kind: str, count: int, repeat: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+    env["GRADFLOW_CPU_DEVICES"] = str(count if kind == "devices" else 1)
+    cmd = [sys.executable, __file__, f"--child-{kind}", str(count), "--repeat",
+           str(repeat)]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} = {count} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def scaling_table(dev_rows, worker_rows) -> str:
+    lines = [
+        "| how | count | 64-member sweep, s | loop of `gf.integrate`, s (same "
+        "process) | sweep / loop | first call (compile), s | load |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in dev_rows:
+        lines.append(
+            f"| host devices | {r['devices']} | {r['sweep_s']:.2f} | {r['loop_s']:.2f} "
+            f"| **{r['ratio']:.2f}** | {r['first_call_s']:.1f} | {r['load']} |"
+        )
+    for r in worker_rows:
+        lines.append(
+            f"| worker processes, warm | {r['workers']} | {r['work_s']:.2f} | "
+            f"{r['loop_s']:.2f} | **{r['ratio_work']:.2f}** | | {r['load']} |"
+        )
+        lines.append(
+            f"| worker processes, whole call | {r['workers']} | "
+            f"{r['whole_call_s']:.2f} | {r['loop_s']:.2f} | {r['ratio_whole']:.2f} "
+            f"| {r['start_and_compile_s']:.1f} (start, imports, compile) | "
+            f"{r['load']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_doc(page: str, name: str, text: str) -> None:
+    """Replaces the text between `<!-- name -->` and `<!-- /name -->`."""
+    path = Path(page)
+    body = path.read_text()
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    a, b = body.index(begin) + len(begin), body.index(end)
+    path.write_text(body[:a] + "\n\n" + text + "\n\n" + body[b:])
+
+
+def scaling(args):
+    print(f"cores: {os.cpu_count()}; {load()}", flush=True)
+    dev_rows, worker_rows = [], []
+    for k in args.devices:
+        r = run_child("devices", k, args.repeat)
+        dev_rows.append(r)
+        print(
+            f"{k} host device(s): sweep {r['sweep_s']:.2f} s, loop {r['loop_s']:.2f} s, "
+            f"sweep/loop {r['ratio']:.2f} (each repeat: "
+            f"{', '.join(f'{x:.2f}' for x in r['ratios'])}); first call "
+            f"{r['first_call_s']:.1f} s; members equal their solo runs: "
+            f"{r['members_equal_solo']}; {r['load']}",
+            flush=True,
+        )
+    for k in args.workers:
+        r = run_child("workers", k, 1)
+        worker_rows.append(r)
+        print(
+            f"{k} worker(s): work {r['work_s']:.2f} s (per worker "
+            f"{', '.join(f'{x:.2f}' for x in r['per_worker_work_s'])}), whole call "
+            f"{r['whole_call_s']:.2f} s, loop {r['loop_s']:.2f} s: work/loop "
+            f"{r['ratio_work']:.2f}, whole/loop {r['ratio_whole']:.2f}; {r['load']}",
+            flush=True,
+        )
+    table = scaling_table(dev_rows, worker_rows)
+    print("\n" + table)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"devices": dev_rows, "workers": worker_rows}, indent=1)
+        )
+    if args.doc:
+        write_doc(args.doc, "sweep-scaling", table)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-stages", action="store_true")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--batch-size", default=None)
+    parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--doc", default=None)
+    parser.add_argument("--child-devices", type=int, default=None)
+    parser.add_argument("--child-workers", type=int, default=None)
+    args = parser.parse_args()
+    if args.child_devices is not None:
+        print(json.dumps(child_devices(max(1, args.repeat))))
+    elif args.child_workers is not None:
+        print(json.dumps(child_workers(args.child_workers)))
+    elif args.scaling:
+        scaling(args)
+    else:
+        in_process(args)
 
 
 if __name__ == "__main__":

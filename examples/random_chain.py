@@ -52,4 +52,4 @@ for seed in args.seeds:
         break
 seed, traj = chosen
 print(f"figures for chain seed {seed}")
-plot.plot_all(traj, args.out, prefix="random_")
+plot.plot_all(traj, args.out, prefix="random_", pdf=True)

@@ -3,12 +3,18 @@
 
 Importing gradflow turns on JAX's float64 mode (`jax_enable_x64`): saddle
 escapes grow from components of size `init_scale`, which float32 resolves badly.
+On a CPU it also asks JAX for one device per core, if JAX has not started yet
+and the user has not chosen (`gradflow/_core/devices.py`;
+`GRADFLOW_CPU_DEVICES=1` keeps one device): sweeps use every core.
 """
 
 import jax
 
+from ._core.devices import use_every_core as _use_every_core
+
 
 jax.config.update("jax_enable_x64", True)
+_use_every_core()
 
 from . import (  # noqa: E402
     chains as chains,

@@ -46,10 +46,10 @@ def _pyplot():
     return plt
 
 
-def _save(fig, stem: Path) -> list[Path]:
+def _save(fig, stem: Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     paths = []
     stem.parent.mkdir(parents=True, exist_ok=True)
-    for ext in ("png", "pdf"):
+    for ext in formats:
         path = stem.with_suffix(f".{ext}")
         fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches="tight")
         paths.append(path)
@@ -377,19 +377,22 @@ def committee_phase_diagram(sw, *, title: str | None = None):
 
 
 def plot_problem(
-    traj: Trajectory, out_dir: str | os.PathLike, prefix: str = ""
+    traj: Trajectory, out_dir: str | os.PathLike, prefix: str = "", *, pdf: bool = False
 ) -> list[Path]:
     """Writes the generic summary of any problem's trajectory and the
     problem's own figures (a deep linear network's mode strengths, a committee
-    machine's order parameters) into `out_dir` as PNG and PDF; returns the
-    paths."""
+    machine's order parameters) into `out_dir` as PNG, and with `pdf` also as
+    PDF (as [`gradflow.plot.plot_all`][]); returns the paths."""
     traj = _check(traj)
     out = Path(out_dir)
-    paths = _save(problem_summary_figure(traj), out / f"{prefix}summary")
+    formats = ("png", "pdf") if pdf else ("png",)
+    paths = _save(problem_summary_figure(traj), out / f"{prefix}summary", formats)
     if isinstance(traj.problem, DeepLinear) and "modes" in traj.extras:
-        paths += _save(mode_strength_figure(traj), out / f"{prefix}modes")
+        paths += _save(mode_strength_figure(traj), out / f"{prefix}modes", formats)
     if isinstance(traj.problem, Committee) and "R" in traj.extras:
-        paths += _save(order_parameter_figure(traj), out / f"{prefix}order_parameters")
+        paths += _save(
+            order_parameter_figure(traj), out / f"{prefix}order_parameters", formats
+        )
     return paths
 
 

@@ -9,7 +9,8 @@ r"""Figures of a trajectory and its stages (matplotlib; PNG and PDF).
 - [`attention_figure`][gradflow.plot.attention_figure]: the attention matrix
   $A$ at each stage boundary.
 - [`save_figure`][gradflow.plot.save_figure]: writes `stem.png` and
-  `stem.pdf`.
+  `stem.pdf`; [`plot_all`][gradflow.plot.plot_all] writes the three as PNG
+  (and PDF on request).
 
 They read a [`gradflow.Trajectory`][] from
 [`gradflow.integrate_stages`][] (its `extras` hold the diagnostics), and scale
@@ -416,12 +417,15 @@ def attention_figure(
     return fig
 
 
-def save_figure(fig, stem: str | os.PathLike) -> list[Path]:
-    """Saves `fig` as `stem.png` (150 dpi) and `stem.pdf`; returns the paths."""
+def save_figure(
+    fig, stem: str | os.PathLike, formats: tuple[str, ...] = ("png", "pdf")
+) -> list[Path]:
+    """Saves `fig` as `stem.png` (150 dpi) and `stem.pdf` (or the `formats`
+    given); returns the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext in ("png", "pdf"):
+    for ext in formats:
         path = stem.with_suffix(f".{ext}")
         fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches="tight")
         paths.append(path)
@@ -435,16 +439,23 @@ def plot_all(
     prefix: str = "",
     *,
     title: str | None = None,
+    pdf: bool = False,
 ) -> list[Path]:
-    """Writes the summary, PCA and attention figures (PNG and PDF) into
-    `out_dir`, each titled with `title` (the chain or corpus; default: the
-    chain's size and first tokens); returns the paths."""
+    """Writes the summary, PCA and attention figures into `out_dir` as PNG,
+    and with `pdf` also as PDF (a PDF of the three costs about a second more
+    than the PNGs: on request), each titled with `title` (the chain or corpus;
+    default: the chain's size and first tokens); returns the paths."""
     out = Path(out_dir)
-    paths = save_figure(summary_figure(traj, title=title), out / f"{prefix}summary")
-    paths += save_figure(pca_figure(traj, title=title), out / f"{prefix}embeddings_pca")
+    formats = ("png", "pdf") if pdf else ("png",)
+    paths = save_figure(
+        summary_figure(traj, title=title), out / f"{prefix}summary", formats
+    )
+    paths += save_figure(
+        pca_figure(traj, title=title), out / f"{prefix}embeddings_pca", formats
+    )
     if any(e.name in _BOUNDARY_EVENTS for e in traj.events):
         paths += save_figure(
-            attention_figure(traj, title=title), out / f"{prefix}attention"
+            attention_figure(traj, title=title), out / f"{prefix}attention", formats
         )
     return paths
 

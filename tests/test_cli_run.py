@@ -23,7 +23,7 @@ from gradflow.cli import main
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run300")
-    code = main(["run", "--t1", "300", "--out", str(out), "--no-progress"])
+    code = main(["run", "--t1", "300", "--out", str(out), "--no-progress", "--pdf"])
     return code, out
 
 
@@ -45,6 +45,21 @@ def test_cli_short_run_writes_everything(short_run, capsys):
     assert stages[1]["tokens"] == "0"
     events = _rows(out / "events.csv")
     assert [r["name"] for r in events][:2] == ["saddle_escape", "saddle_entry"]
+
+
+def test_figures_are_png_unless_pdf_is_asked_for(short_run, tmp_path):
+    """`plot_all` (what `gradflow run` calls) writes PNG by default; the run
+    above asked for `--pdf` too. About 2-4 s (three figures)."""
+    from gradflow import plot
+
+    traj = gf.load(short_run[1] / "trajectory.npz")
+    paths = plot.plot_all(traj, tmp_path)
+    assert sorted(p.name for p in paths) == [
+        "attention.png",
+        "embeddings_pca.png",
+        "summary.png",
+    ]
+    assert not list(tmp_path.glob("*.pdf"))
 
 
 def test_cli_trajectory_stages_are_consistent(short_run):

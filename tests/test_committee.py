@@ -277,7 +277,7 @@ def test_cli_run_committee(traj, tmp_path, capsys):
 
     out = tmp_path / "run"
     argv = ["run", "--problem", "committee", "--t1", "1000", "--out", str(out)]
-    assert main([*argv, "--no-progress"]) == 0
+    assert main([*argv, "--no-progress", "--pdf"]) == 0
     printed = capsys.readouterr().out
     assert "problem: Committee(K=3, M=3, N=6), orthogonal teacher of norm 1" in printed
     back = gf.load(out / "trajectory.npz")

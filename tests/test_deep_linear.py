@@ -272,9 +272,9 @@ def test_cli_run_deep_linear(traj, tmp_path, capsys):
     rows = (out / "stages.csv").read_text().splitlines()
     assert rows[0] == "name,cycle,t_start,t_end,loss_start,loss_end,complete,leaf,rank"
     assert len(rows) == 1 + len(traj.stages)
-    for stem in ("summary", "modes"):
-        for ext in ("png", "pdf"):
-            assert (out / f"{stem}.{ext}").stat().st_size > 10_000
+    for stem in ("summary", "modes"):  # PNG only: PDF on request (--pdf)
+        assert (out / f"{stem}.png").stat().st_size > 10_000
+        assert not (out / f"{stem}.pdf").exists()
 
 
 def test_cli_run_refuses_an_unknown_problem(tmp_path, capsys):

@@ -590,6 +590,49 @@ CASES = [
         r"params must be a gradflow\.Params or gradflow\.VariantParams, got tuple",
     ),
     Case(
+        "population-loss-block-zero",
+        lambda f: gf.population_loss(_params(3), S3, block=0),
+        ValueError,
+        r"block must be an integer >= 1, got block = 0",
+    ),
+    Case(
+        "population-loss-block-variant",
+        lambda f: gf.population_loss(
+            gf.VariantParams(
+                np.full((2, 3), 1e-2),
+                np.full((3, 2), 1e-2),
+                np.zeros((1, 2, 2, 2)),
+                np.zeros((1, 2, 2, 2)),
+                model=gf.Model(heads=2),
+            ),
+            S3,
+            block=4,
+        ),  # fmt: skip
+        ValueError,
+        r"block is for the paper's model \(gradflow\.Params\), got block = 4 with "
+        r"VariantParams of Model\(heads=2",
+    ),
+    Case(
+        "solver-refresh-unknown",
+        lambda f: gf.solvers.ROS34PW2(refresh="often"),
+        ValueError,
+        r"refresh must be one of \('auto', 'residual', 'growth'\), got 'often'",
+    ),
+    Case(
+        "solver-max-rank-below-rank",
+        lambda f: gf.solvers.ROS34PW2(rank=16, max_rank=8),
+        ValueError,
+        r"max_rank must be None, 'auto' or an integer >= rank \(with an integer "
+        r"rank\), got max_rank = 8 with rank = 16",
+    ),
+    Case(
+        "solver-max-rank-carry-basis",
+        lambda f: gf.solvers.ROS34PW2(max_rank=32, carry_basis=True),
+        ValueError,
+        r"max_rank \(an adaptive rank\) does not work with carry_basis; give one of "
+        r"them, got max_rank = 32, carry_basis = True",
+    ),
+    Case(
         "integrate-solver-unknown",
         lambda f: _integrate(solver="rk4"),
         ValueError,

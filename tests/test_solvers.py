@@ -438,3 +438,96 @@ def test_solver_options_are_recorded_in_the_settings():
     assert setup.settings["solver_options"] == solver_options(tuned)
     # absent for a default solver: older checkpoints of default calls still resume
     assert "solver_options" not in prepare(problem, solver=None, **kwargs).settings
+
+
+def _linear_flow(lam, seed=0):
+    """y' = -A y with A = Q diag(lam) Q^T: the gradient flow of a quadratic
+    whose Hessian has the eigenvalues `lam`."""
+    n = len(lam)
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    A = (Q * lam) @ Q.T
+    return (
+        dfx.ODETerm(lambda t, y, args: -(jnp.asarray(A) @ y)),
+        A,
+        rng.standard_normal(n),
+    )
+
+
+def _solve(term, solver, y0, t1, controller):
+    return dfx.diffeqsolve(
+        term, solver, 0.0, t1, 0.01, jnp.asarray(y0), stepsize_controller=controller,
+        saveat=dfx.SaveAt(t1=True, solver_state=True), max_steps=20_000,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # two compiled solves: about 20-40 s on the shared machine
+def test_growth_rule_does_not_refresh_for_the_untracked_part():
+    """A constant Jacobian with more large eigenvalues than the rank: the
+    rule "residual" refreshes W at every step (h times the untracked
+    eigenvalues exceeds jacobian_tol), the rule "growth" only every
+    `refresh_every` steps (J - W never grows), and both give the same
+    solution (a W-method's order does not depend on W)."""
+    lam = np.concatenate(
+        [[300.0, 200.0, 100.0], np.full(9, 80.0), np.linspace(0.1, 1, 8)]
+    )
+    term, A, y0 = _linear_flow(lam)
+    out = {}
+    for rule in ("residual", "growth"):
+        solver = gf.solvers.ROS34PW2(rank=3, refresh=rule, max_rank=None)
+        sol = _solve(term, solver, y0, 2.0, dfx.ConstantStepSize())  # h = 0.01
+        out[rule] = sol
+    steps = 200  # h * 80 = 0.8 > jacobian_tol: "residual" refreshes at every
+    # step once its power iteration has found the untracked eigenvalue
+    assert int(out["residual"].solver_state.num_refreshes) >= 0.9 * steps
+    # the age limit (8 steps), and once more while the power iteration that
+    # measures rho converges after the first refresh
+    assert steps // 8 <= int(out["growth"].solver_state.num_refreshes) <= steps // 8 + 2
+    exact = np.asarray(jax.scipy.linalg.expm(-2.0 * jnp.asarray(A)) @ y0)
+    # order 3 at h = 0.01, the nine directions outside W at h * lambda = 0.8:
+    # measured 3e-5 for both rules
+    for sol in out.values():
+        np.testing.assert_allclose(np.asarray(sol.ys[0]), exact, atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(out["growth"].ys[0]), np.asarray(out["residual"].ys[0]), atol=1e-4
+    )
+
+
+@pytest.mark.slow  # two compiled solves
+def test_adaptive_rank_grows_to_the_stiff_part():
+    """Twenty eigenvalues between 50 and 100 and a rank of 4: with an
+    adaptive rank (max_rank 32) the rank grows until the stiff part is
+    tracked, and the solve takes fewer steps than at the fixed rank, with the
+    same accuracy; the rank stays 4 without `max_rank`."""
+    lam = np.concatenate([np.linspace(50.0, 100.0, 20), np.linspace(0.01, 0.1, 44)])
+    term, A, y0 = _linear_flow(lam)
+    ctrl = dfx.PIDController(rtol=1e-6, atol=1e-8)
+    fixed = gf.solvers.ROS34PW2(rank=4, refresh="growth", max_rank=None)
+    adaptive = gf.solvers.ROS34PW2(rank=4, refresh="growth", max_rank=32)
+    sol_f = _solve(term, fixed, y0, 10.0, ctrl)
+    sol_a = _solve(term, adaptive, y0, 10.0, ctrl)
+    assert sol_f.solver_state.level is None
+    assert adaptive.rank_in_use(sol_a.solver_state) == 32
+    assert fixed.rank_in_use(sol_f.solver_state) == 4
+    assert int(sol_a.stats["num_steps"]) < int(sol_f.stats["num_steps"]) / 2
+    exact = np.asarray(jax.scipy.linalg.expm(-10.0 * jnp.asarray(A)) @ y0)
+    for sol in (sol_f, sol_a):
+        np.testing.assert_allclose(np.asarray(sol.ys[0]), exact, atol=1e-5)
+
+
+def test_auto_keeps_the_old_rule_and_rank_below_the_threshold():
+    """`refresh="auto"` and `max_rank="auto"` (the defaults) are the rule
+    "residual" and a fixed rank below AUTO_MIN_SIZE parameters (the state
+    carries none of the new fields: the recorded results of the paper's
+    models are unchanged), and "growth" with an adaptive rank from it on."""
+    from gradflow.solvers.base import AUTO_MIN_SIZE
+
+    solver = gf.solvers.ROS34PW2()
+    term = dfx.ODETerm(lambda t, y, args: -y)
+    for n, new in ((AUTO_MIN_SIZE - 1, False), (AUTO_MIN_SIZE, True)):
+        state = jax.eval_shape(
+            lambda y: solver.init(term, 0.0, 1.0, y, None), jnp.zeros(n)
+        )
+        assert (state.rho_floor is not None) == new
+        assert (state.level is not None) == new
+        assert solver._ranks(n) == ((16, 32, 64) if new else (16,))  # noqa: SLF001

@@ -352,7 +352,7 @@ def run_problem(args) -> int:
     if not args.no_figures:
         from .. import plot
 
-        written += [p.name for p in plot.plot_problem(traj, out)]
+        written += [p.name for p in plot.plot_problem(traj, out, pdf=args.pdf)]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

@@ -14,6 +14,7 @@ from .common import (
     fail,
     flag_names,
 )
+from .preload import preload_figures
 from .problems import add_problem_arguments, run_problem
 from .sgd import (
     add_model_arguments,
@@ -55,7 +56,7 @@ def register(subparsers) -> None:
             "between the loss drops), print a stage table, and write into --out: "
             "trajectory.npz, stages.csv, events.csv, command.json (the command "
             "line that made them) and the figures (summary, embedding PCA, "
-            "attention at the stage boundaries; PNG and PDF). "
+            "attention at the stage boundaries; PNG, and PDF with --pdf). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
             "--t1 20000 follows the loss down to the conditional entropy. "
@@ -152,6 +153,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
         help="output folder",
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
+    g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
     g.add_argument(
         "--no-progress",
         action="store_true",
@@ -213,6 +215,19 @@ def format_stage_table(stages) -> str:
 def run(args) -> int:
     if args.problem is not None:  # any other problem: gradflow/_cli/problems.py
         return run_problem(args)
+    # The figure code is imported on a thread while the solve runs; the
+    # command waits for it on every way out, so no import outlives the command
+    # (CPython 3.11's parser state is not safe against a parse on another
+    # thread: a test session that calls the command saw spurious SystemErrors).
+    loader = None if args.no_figures else preload_figures()
+    try:
+        return _run_chain(args)
+    finally:
+        if loader is not None:
+            loader.join()
+
+
+def _run_chain(args) -> int:
     import gradflow as gf
 
     interrupted = None
@@ -279,7 +294,9 @@ def run(args) -> int:
     if not args.no_figures:
         from .. import plot
 
-        written += [p.name for p in plot.plot_all(traj, out, title=description)]
+        written += [
+            p.name for p in plot.plot_all(traj, out, title=description, pdf=args.pdf)
+        ]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

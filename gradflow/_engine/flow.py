@@ -52,6 +52,7 @@ from .solving import (
     count_grad_evals,
     count_hvps,
     failure_message,
+    w_rank,
 )
 from .stages import StageThresholds
 from .watch import Watch, WatchState
@@ -338,6 +339,7 @@ def _stats(setup: FlowSetup, state: LoopState, outcome: Outcome) -> dict[str, An
         # iteration) are not counted: this is the vector field's count.
         "num_grad_evals": count_grad_evals(solver, steps, inner),
         "num_hvps": count_hvps(solver, inner),
+        "w_rank": w_rank(solver, inner),
         "resumed_from": outcome.resumed_from,
         "wall_time": time.perf_counter() - setup.start,
     }

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
+from . import exported
 from .checkpoint import pack_tree
 from .driver import Job
 from .resume import ResumableController, next_step
@@ -228,16 +229,27 @@ def is_running(state: LoopState) -> Bool[Array, "*batch"]:
     return state.result == dfx.RESULTS.max_steps_reached
 
 
-@eqx.filter_jit
+def _advance(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
+    new = _chunk(spec, args, ts, jnp.where(is_running(state), t1, state.t), state)
+    running = is_running(state)
+    return jax.tree.map(lambda a, b: jnp.where(running, a, b), new, state)
+
+
+_advance_jit = eqx.filter_jit(_advance)
+
+
 def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
     """Advances `state` by at most `spec.chunk_steps` steps towards `t1`.
 
     A state that has finished (reached `t1` or failed) is returned unchanged.
     Pure: `jax.vmap` it over a batch of states (and `args`) to advance many
-    solves at once."""
-    new = _chunk(spec, args, ts, jnp.where(is_running(state), t1, state.t), state)
-    running = is_running(state)
-    return jax.tree.map(lambda a, b: jnp.where(running, a, b), new, state)
+    solves at once. Compiled (`eqx.filter_jit`); where exported programs are
+    on (`gradflow/_engine/exported.py`, the command line), a warm start loads
+    the traced program instead of tracing it again."""
+    out = exported.call("run_chunk", _advance, spec, args, ts, t1, state)
+    if out is not None:
+        return out
+    return _advance_jit(spec, args, ts, t1, state)
 
 
 def make_controller(rtol, atol) -> ResumableController:

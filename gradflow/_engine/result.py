@@ -131,7 +131,10 @@ class Trajectory(AbstractResult):
       re-run it; `solver_options` (present when a solver instance was passed
       with non-default fields) names them, e.g. `{"jacobian_tol": 5.0}`.
     - `stats`: `num_steps`, `num_accepted_steps`, `num_rejected_steps`,
-      `num_grad_evals`, `num_hvps` (`None` where unknown), `resumed_from`
+      `num_grad_evals`, `num_hvps` (`None` where unknown), `w_rank` (the
+      eigenpairs a Rosenbrock-W solver's W tracked at the end: its rank, or
+      where the rank is adaptive the rank reached; `None` for other
+      solvers), `resumed_from`
       (the time a checkpoint was resumed from, or `None`) and `wall_time`
       (seconds of this call, compilation included).
     - `ok`: whether the solve reached `t1` and followed the flow (its saved

@@ -170,6 +170,14 @@ def count_hvps(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | No
     return None
 
 
+def w_rank(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | None:
+    """For [`gradflow.solvers.AbstractRosenbrockW`][]: how many eigenpairs its
+    W tracked at the end (an adaptive rank's last value); otherwise `None`."""
+    if solver_state is not None and hasattr(solver, "rank_in_use"):
+        return int(solver.rank_in_use(solver_state))  # pyright: ignore[reportAttributeAccessIssue]
+    return None
+
+
 # Diffrax results that mean a linear or nonlinear solve inside an implicit
 # solver failed (Lineax and Optimistix results, promoted into Diffrax's).
 _IMPLICIT_FAILURES = (
@@ -283,6 +291,7 @@ __all__ = [
     "check_descent",
     "count_grad_evals",
     "count_hvps",
+    "w_rank",
     "default_save_times",
     "default_tolerances",
     "failure_message",

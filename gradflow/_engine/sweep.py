@@ -375,7 +375,7 @@ def _checkpointer(plan: _Plan, sweep_settings: dict) -> Checkpointer | None:
 def _assemble(plan: _Plan, batch, job: SweepJob, driven, *, settings_of, sweep_settings, start) -> Sweep:  # fmt: skip
     """Each member's `Trajectory`, built by the same code as a solo call's,
     and the `Sweep` of them."""
-    host_state = jax.tree.map(lambda x: x[: batch.n], to_host(driven.state))
+    host_state = batch.by_member(to_host(driven.state))
     resumed_from = batch.resumed_from
     trajs = []
     for i, setup in enumerate(plan.setups):
@@ -468,7 +468,7 @@ def sweep_problems(
         job,
         batch.state,
         total=n * t1_,
-        start=float(np.minimum(to_host(batch.state.t)[:n], t1_).sum()),
+        start=float(np.minimum(batch.by_member(to_host(batch.state.t)), t1_).sum()),
         description=f"sweep of {n}",
         progress=bool(progress) and jax.process_index() == 0,
         checkpoint=ckpt,

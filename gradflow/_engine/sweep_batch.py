@@ -9,6 +9,12 @@ member 0, and sharded over a one-dimensional device mesh. One chunk runs
 a time under `jax.vmap`, the groups one after another (`jax.lax.map`); each
 device loops only as long as one of its own members needs steps, and a
 member that has finished or failed is returned unchanged.
+
+Members are dealt to the devices in turn (member `i` to device `i % D`), so
+that each device gets a share of every problem of the sweep (members of one
+problem take similar numbers of steps; neighbours in the sweep's C order are
+seeds of one problem): on a CPU whose cores are host devices, each core then
+has about the same work.
 """
 
 import dataclasses
@@ -154,6 +160,7 @@ class Batch:
 
     n: int  # members, without the padding
     n_pad: int
+    position: np.ndarray  # (n,): where member i sits along the member axis
     mesh: Mesh
     sharded: NamedSharding
     spec_static: Any
@@ -165,9 +172,16 @@ class Batch:
     records: list[list[EventRecord]]  # events read so far, per member
     resumed_from: list[float] | None
 
+    def by_member(self, tree):
+        """Host arrays along the member axis (a pytree), in member order and
+        without the padding."""
+        return jax.tree.map(lambda x: np.asarray(x)[self.position], tree)
+
     def lanes(self, active: np.ndarray, state) -> _Lanes:
-        """The inputs of one chunk: `active` says which members step."""
-        mask = np.concatenate([active, np.zeros(self.n_pad, bool)])
+        """The inputs of one chunk: `active` (in member order) says which
+        members step."""
+        mask = np.zeros(self.n + self.n_pad, bool)
+        mask[self.position] = active
         return _Lanes(
             spec=self.spec,
             problem=self.problem,
@@ -176,13 +190,25 @@ class Batch:
         )
 
 
+def member_positions(n: int, num_devices: int) -> np.ndarray:
+    """Where each of `n` members sits along the member axis of a batch sharded
+    over `num_devices` devices (equal contiguous shares): member `i` on device
+    `i % num_devices`, in its slot `i // num_devices`. One device: in order."""
+    per_device = -(-n // num_devices)
+    i = np.arange(n)
+    return (i % num_devices) * per_device + i // num_devices
+
+
 def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     """The members' specs, problems and initial states (or the checkpoint's
     states), stacked, padded and put on the devices. Every member's problem
     has the structure of the first's (checked by the sweep)."""
     n = len(setups)
     n_pad = -n % len(devices)
-    order = list(range(n)) + [0] * n_pad
+    position = member_positions(n, len(devices))
+    # which member's data fills each slot (padding: member 0's, inactive)
+    order = np.zeros(n + n_pad, np.int64)
+    order[position] = np.arange(n)
     _, spec_static = eqx.partition(specs[0], eqx.is_array)
     spec_dyn = stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
     # the first member's structure (and statics), every member's arrays
@@ -222,16 +248,16 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     mesh = Mesh(np.asarray(devices), (_AXIS,))
     sharded = NamedSharding(mesh, PartitionSpec(_AXIS))
     replicated = NamedSharding(mesh, PartitionSpec())
-    pad = np.asarray(order)
     return Batch(
         n=n,
         n_pad=n_pad,
+        position=position,
         mesh=mesh,
         sharded=sharded,
         spec_static=spec_static,
         spec=_put(spec_dyn, sharded),
         problem=_put(problems, sharded),
-        state=_put(jax.tree.map(lambda x: np.asarray(x)[pad], host_state), sharded),
+        state=_put(jax.tree.map(lambda x: np.asarray(x)[order], host_state), sharded),
         ts=_put(np.asarray(ts_j), replicated),
         t1=_put(np.asarray(t1_j), replicated),
         records=records,
@@ -258,12 +284,13 @@ class SweepJob(Job):
         self.max_steps = setups[0].max_steps
 
     def running(self, state) -> bool:
-        n = self.batch.n
-        result, steps = to_host((state.result._value, state.num_steps))
+        result, steps = self.batch.by_member(
+            to_host((state.result._value, state.num_steps))
+        )
         # Out of steps: still at a chunk boundary with max_steps taken
         # (recomputed each time: a resumed sweep may raise max_steps).
-        running = result[:n] == _RUNNING
-        self.out_of_steps = running & (steps[:n] >= self.max_steps)
+        running = result == _RUNNING
+        self.out_of_steps = running & (steps >= self.max_steps)
         self.active = running & ~self.out_of_steps
         return bool(self.active.any())
 
@@ -277,12 +304,10 @@ class SweepJob(Job):
     def collect(self, state):
         """Reads the chunk's located events into `records` (the devices empty
         the buffers at the start of the next chunk)."""
-        n = self.batch.n
         ws = state.solver_state
         if not isinstance(ws, WatchState):
             return state, False
-        count, lost = to_host((ws.count, ws.lost))
-        count, lost = count[:n], lost[:n]
+        count, lost = self.batch.by_member(to_host((ws.count, ws.lost)))
         if (lost > 0).any():
             i = int(np.flatnonzero(lost > 0)[0])
             raise RuntimeError(
@@ -291,7 +316,7 @@ class SweepJob(Job):
             )
         if not count.any():
             return state, False
-        t_buf, i_buf, y_buf = to_host((ws.t, ws.index, ws.y))
+        t_buf, i_buf, y_buf = self.batch.by_member(to_host((ws.t, ws.index, ws.y)))
         for i in np.flatnonzero(count):
             for j in range(int(count[i])):
                 y = jax.tree.map(lambda x, i=i, j=j: x[i, j], y_buf)
@@ -303,14 +328,13 @@ class SweepJob(Job):
         return state, True
 
     def progress(self, state):
-        t_now = to_host(state.t)[: self.batch.n]
+        t_now = self.batch.by_member(to_host(state.t))
         return float(
             np.minimum(t_now, self.t1).sum()
         ), f"{int(self.active.sum())} running"
 
     def snapshot(self, state):
-        n = self.batch.n
-        host_state = jax.tree.map(lambda x: x[:n], to_host(state))
+        host_state = self.batch.by_member(to_host(state))
         meta = {
             "t_now": [float(t) for t in host_state.t],
             "events": [[r.to_dict() for r in rs] for rs in self.records],
@@ -325,4 +349,4 @@ class SweepJob(Job):
         return jax.process_index() == 0
 
 
-__all__ = ["Batch", "SweepJob", "build_batch", "stack", "to_host"]
+__all__ = ["Batch", "SweepJob", "build_batch", "member_positions", "stack", "to_host"]

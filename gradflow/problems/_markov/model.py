@@ -24,6 +24,7 @@ from ..._core.errors import show
 from ..._core.random import scaled_normal
 from ..._core.validate import check_finite_entries, check_init_scale, check_seed
 from .attention import attention_weights, mean_nll, population_cross_entropy
+from .blocked import blocked_population_loss
 from .chain import MarkovChain
 from .variants import (
     PARAM_NAMES,
@@ -293,7 +294,9 @@ def population_logits(params: AnyParams, chain: MarkovChain) -> Float[Array, "d 
     return params.W1 @ H
 
 
-def population_loss(params: AnyParams, chain: MarkovChain) -> Scalar:
+def population_loss(
+    params: AnyParams, chain: MarkovChain, *, block: int | None = None
+) -> Scalar:
     r"""The population cross-entropy in closed form (SPEC sections 3 and 9).
 
     $$L(\theta) = \sum_i \pi_i \Big[\operatorname{logsumexp}_y Z_{yi}
@@ -304,7 +307,31 @@ def population_loss(params: AnyParams, chain: MarkovChain) -> Scalar:
     conditional entropy. Pure and jit-able; differentiate it with `jax.grad`.
     Takes [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
     (then $Z = W_1 N(X_L)$, SPEC section 9).
+
+    `block` (the paper's model only): compute the loss over blocks of this
+    many query tokens, with its gradient written out by hand
+    (`gradflow/problems/_markov/blocked.py`): no intermediate is larger than
+    `block x d`, `jax.grad` runs the hand-written backward pass, and
+    Hessian-vector products (`jax.jvp` of the gradient) stay blocked. Equal to
+    the default form to round-off; not differentiable with respect to the
+    chain. [`gradflow.problems.MarkovAttention`][] uses it from
+    $d = 256$ on.
     """
+    if block is not None:
+        if not isinstance(params, Params):
+            raise ValueError(
+                f"block is for the paper's model (gradflow.Params), got block = "
+                f"{show(block)} with {type(params).__name__} of {model_of(params)}"
+            )
+        if (
+            isinstance(block, bool)
+            or not isinstance(block, (int, np.integer))
+            or block < 1
+        ):
+            raise ValueError(
+                f"block must be an integer >= 1, got block = {show(block)}"
+            )
+        return blocked_population_loss(params, chain, int(block))
     return population_cross_entropy(population_logits(params, chain), chain)
 
 
