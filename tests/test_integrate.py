@@ -144,8 +144,13 @@ def _reference_solution(chain, params, ts):
         return -flatten(loss_and_grad(*unflatten(theta, d, m), P, pi)[1])
 
     y0 = flatten([np.asarray(x) for x in (params.W0, params.W1, params.WQ, params.WK)])
+    # rtol 1e-9 (was 1e-11; 26,000 right-hand sides instead of 40,000 for seed
+    # 22): against the rtol 1e-11 reference, seed 22's drop times differ by
+    # 8e-11 relative (asserted: 5e-3), the final loss by 3e-16 (1e-6), the
+    # final parameters by 7e-11 (1e-4), so the reference's error stays > 1e6 x
+    # below every tolerance asserted.
     sol = solve_ivp(
-        f, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-11, atol=1e-14
+        f, (0.0, ts[-1]), y0, method="DOP853", t_eval=ts, rtol=1e-9, atol=1e-12
     )
     assert sol.success
     loss = np.array([loss_and_grad(*unflatten(y, d, m), P, pi)[0] for y in sol.y.T])
@@ -156,7 +161,7 @@ def _reference_solution(chain, params, ts):
 # 30 s of the default tier's wall time in CI): it runs in the slow tier.
 @pytest.mark.parametrize("seed", [pytest.param(21, marks=pytest.mark.slow), 22])
 def test_agrees_with_independent_implementation(seed):
-    """Default settings vs SciPy DOP853 at rtol 1e-11 on the NumPy reference."""
+    """Default settings vs SciPy DOP853 at rtol 1e-9 on the NumPy reference."""
     chain = gf.chains.random(4, seed=seed, concentration=0.5)
     params = random_params(4, 3, 0.05, seed)
     # 401 saves: the solve compiled for
