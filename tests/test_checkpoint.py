@@ -7,9 +7,8 @@ Crashes are simulated by making the chunk function
 state is lost exactly as in a kill between two checkpoint writes (the end-to-end
 SIGKILL test of the CLI is in `test_cli_run.py`). Chunks of 60 steps
 (`chunk_steps=60` instead of 1000) make these short runs cross many chunk
-boundaries; all runs here share that size (and the chain size of
-`test_integrate.py`, whose `max_steps=60` run compiles the same solve), so they
-share one compilation per solve kind.
+boundaries; all runs here share that size, so they share one compilation per
+solve kind.
 """
 
 import json

@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st
-from scipy.integrate import cumulative_simpson
 
 import gradflow as gf
 
@@ -89,18 +88,3 @@ def test_attention_rows_sum_to_one_for_extreme_scores(chain, seed, size):
     assert np.all(np.isfinite(A)) and np.all(A >= 0)
     np.testing.assert_allclose(A.sum(axis=1), 1.0, atol=1e-13)
     assert np.isfinite(float(_loss(big, chain)))
-
-
-@settings(deadline=None, max_examples=4, derandomize=True)
-@given(chains(4, 4), st.integers(0, 2**16))
-def test_energy_identity_on_solved_trajectories(chain, seed):
-    """dL/dt = -|grad L|^2 along the solved flow (one compile: d = 4, m = 3)."""
-    params = gf.init_params(4, 3, 0.5, seed)
-    ts = np.linspace(0.0, 20.0, 401)
-    # rtol 1e-8 so the solver's error is below the quadrature's
-    traj = gf.integrate(chain, params=params, t1=20.0, ts=ts, rtol=1e-8, progress=False)
-    assert traj.ok
-    dissipated = cumulative_simpson(traj.grad_norm**2, x=ts, initial=0.0)
-    drop = traj.loss[0] - traj.loss
-    scale = max(drop[-1], 1e-3)
-    np.testing.assert_allclose(drop, dissipated, atol=1e-5 * scale)
