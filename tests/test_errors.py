@@ -131,17 +131,21 @@ def make_files(folder) -> types.SimpleNamespace:
     """Writes the files the load and text cases read into `folder`: a real saved
     trajectory and SGD run, and broken or foreign variants of them.
 
-    The trajectory is solved (a tiny flow, with Tsit5: its solve compiles in
-    about half the time of the default solver's, and only the file matters);
+    The trajectory is a real solved one, read from a file of the first
+    format (`tests/data/trajectory_v0.1.0.npz`, written by gradflow 0.1.0) and
+    saved again in today's format: no solve to compile, only the file matters;
     the SGD-run file is written by `SGDRun.save` from that trajectory's arrays
     (its contents do not matter, only that it is a genuine SGD-run file)."""
     folder = Path(folder)
-    traj = gf.integrate(
-        S3, 1e-2, width=2, t1=5.0, stages=False, solver="tsit5", progress=False
-    )
+    traj = gf.load(Path(__file__).parent / "data" / "trajectory_v0.1.0.npz")
     good = traj.save(folder / "trajectory.npz")
     raw = good.read_bytes()
     f = types.SimpleNamespace(folder=folder, good=good, traj=gf.load(good))
+    # valid problems for the theory's cases (building one runs JAX operations,
+    # which compile; the check is that the theory function raises first)
+    f.deep_linear = gf.problems.DeepLinear(EYE2, EYE2, (2,))
+    f.deep_linear_xx = gf.problems.DeepLinear(np.diag([1.0, 2.0]), EYE2, (2,))
+    f.committee_anisotropic = gf.problems.Committee(np.diag([1.0, 2.0]), students=2)
     f.truncated = folder / "truncated.npz"
     f.truncated.write_bytes(raw[: len(raw) // 2])
     f.foreign = folder / "foreign.npz"
@@ -1154,33 +1158,25 @@ CASES = [
     ),
     Case(
         "balanced_start-u0",
-        lambda f: gf.theory.balanced_start(
-            gf.problems.DeepLinear(EYE2, EYE2, (2,)), -1.0
-        ),
+        lambda f: gf.theory.balanced_start(f.deep_linear, -1.0),
         ValueError,
         r"u0 must be positive and finite, got -1\.0",
     ),
     Case(
         "deep_linear_saddle-k",
-        lambda f: gf.theory.deep_linear_saddle(
-            gf.problems.DeepLinear(EYE2, EYE2, (2,)), 3
-        ),
+        lambda f: gf.theory.deep_linear_saddle(f.deep_linear, 3),
         ValueError,
         r"k must be an integer in \[0, 2\], got k = 3",
     ),
     Case(
         "deep_linear_saddle_rate-sigma_xx",
-        lambda f: gf.theory.deep_linear_saddle_rate(
-            gf.problems.DeepLinear(np.diag([1.0, 2.0]), EYE2, (2,)), 0
-        ),
+        lambda f: gf.theory.deep_linear_saddle_rate(f.deep_linear_xx, 0),
         ValueError,
         r"deep_linear_saddle_rate is derived for sigma_xx = I",
     ),
     Case(
         "committee_plateau-teacher",
-        lambda f: gf.theory.committee_plateau(
-            gf.problems.Committee(np.diag([1.0, 2.0]), students=2)
-        ),
+        lambda f: gf.theory.committee_plateau(f.committee_anisotropic),
         ValueError,
         r"the closed form is derived for an isotropic teacher \(orthogonal rows of one "
         r"norm, T = tau\^2 I\), got T with diagonal \[1\.0, 4\.0\]",
