@@ -29,7 +29,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from ._core.threads import limited_blas_threads
+from ._core.threads import limited_blas_threads as _limited_blas_threads
 from ._engine.result import Trajectory
 from .problems._markov.chain import entropy_bounds
 from .problems._markov.model import attention_summary
@@ -284,7 +284,7 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     W0 = np.asarray(traj.params.W0)  # (T, m, d)
     T, m, d = W0.shape
     points = np.transpose(W0, (0, 2, 1)).reshape(T * d, m)
-    with limited_blas_threads():
+    with _limited_blas_threads():
         _, _, vt = np.linalg.svd(points, full_matrices=False)
     basis = vt[:2] if vt.shape[0] >= 2 else np.vstack([vt, np.zeros_like(vt)])
     coords = np.einsum("tmk,pm->tkp", W0, basis)  # (T, d, 2)

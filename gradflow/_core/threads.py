@@ -59,7 +59,7 @@ def _load_lapack() -> None:
 
 @contextlib.contextmanager
 def limited_blas_threads() -> Iterator[None]:
-    """Runs its block with [`blas_threads`][] BLAS threads (OpenBLAS, MKL,
+    """Runs its block with `blas_threads()` BLAS threads (OpenBLAS, MKL,
     BLIS: every BLAS library loaded in the process), restoring each library's
     setting after; a no-op when that is `None`."""
     threads = blas_threads()
