@@ -13,7 +13,10 @@ relative difference of every array (0 means bit for bit).
 Cases: the default scenario of `gradflow run` (stages on and off), a random
 chain, a model variant, a float32 solve, a sweep, two SGD runs (fresh
 sequences, a fixed dataset) and SGD on text, and the theory report's
-critical points of the default scenario.
+critical points of the default scenario; the other built-in problems (a deep
+linear network, a soft committee machine) and a problem defined here from
+public names only (a quadratic, whose flow has no saddle), each with stages,
+a sweep of problems and the critical points of the deep linear network.
 """
 
 import argparse
@@ -127,6 +130,67 @@ def cases():
     )
 
 
+def problem_cases():
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import gradflow as gf
+
+    class Quadratic(gf.Problem):
+        """1/2 (p - c)^T A (p - c): convex, no saddle."""
+
+        A: jax.Array
+        c: jax.Array
+
+        def loss(self, params):
+            r = params - self.c
+            return 0.5 * r @ self.A @ r
+
+        def init(self, key, init_scale):
+            return init_scale * jax.random.normal(key, self.c.shape, self.c.dtype)
+
+    deep = gf.problems.DeepLinear.random(
+        [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
+    )
+    yield "deep_linear", lambda: gf.flow(deep, 1e-3, t1=200.0, progress=False)
+    committee = gf.problems.Committee.isotropic(3, 6, 3, norm=1.0, seed=None)
+    yield "committee", lambda: gf.flow(committee, 1e-3, t1=5000.0, progress=False)
+    quad = Quadratic(jnp.diag(jnp.array([1.0, 0.1, 0.01])), jnp.array([1.0, 2, 3]))
+    del eqx
+    yield "quadratic", lambda: gf.flow(quad, 1e-3, t1=2000.0, progress=False)
+    others = [
+        gf.problems.DeepLinear.random(s, n_in=4, n_out=3, hidden=(3,), seed=0)
+        for s in ([2.0, 1.0], [2.0, 0.5])
+    ]
+    yield (
+        "sweep_problems",
+        lambda: gf.sweep(
+            others, init_scale=1e-3, seeds=[0, 1], t1=100.0, progress=False
+        ),
+    )
+
+
+def deep_theory_case():
+    import gradflow as gf
+
+    deep = gf.problems.DeepLinear.random(
+        [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
+    )
+    traj = gf.flow(deep, 1e-3, t1=200.0, progress=False)
+    return _points(gf.critical_points(traj))
+
+
+def _points(points):
+    arrays = {}
+    meta = {"points": []}
+    for i, cp in enumerate(points):
+        arrays.update({f"cp{i}/{k}": v for k, v in _params(cp.params).items()})
+        arrays[f"cp{i}/eigenvalues"] = np.asarray(cp.linearization.eigenvalues)
+        meta["points"].append({"kind": cp.kind, "t": float(cp.t)})
+    return arrays, meta
+
+
 def run_case(name, make):
     import gradflow as gf
 
@@ -152,23 +216,20 @@ def theory_case():
     traj = gf.integrate(
         gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=5000.0, progress=False
     )
-    points = gf.critical_points(traj)
-    arrays = {}
-    meta = {"points": []}
-    for i, cp in enumerate(points):
-        arrays.update({f"cp{i}/{k}": v for k, v in _params(cp.params).items()})
-        arrays[f"cp{i}/eigenvalues"] = np.asarray(cp.linearization.eigenvalues)
-        meta["points"].append({"kind": cp.kind, "t": float(cp.t)})
-    return arrays, meta
+    return _points(gf.critical_points(traj))
 
 
 def write(out: Path, only):
     out.mkdir(parents=True, exist_ok=True)
-    todo = list(cases()) + [("theory", None)]
+    todo = list(cases()) + list(problem_cases())
+    todo += [("theory", theory_case), ("theory_deep_linear", deep_theory_case)]
     for name, make in todo:
         if only and name not in only:
             continue
-        arrays, meta = theory_case() if make is None else run_case(name, make)
+        if name.startswith("theory"):
+            arrays, meta = make()
+        else:
+            arrays, meta = run_case(name, make)
         np.savez(out / f"{name}.npz", **arrays)
         (out / f"{name}.json").write_text(json.dumps(meta, indent=1, default=float))
         print(f"wrote {name}", flush=True)
