@@ -65,7 +65,7 @@ def grad_flops(d: int, m: int) -> float:
 def forms(d: int):
     """`{name: (loss function of (params, chain))}` of the two forms."""
     import gradflow as gf
-    from gradflow.problems._markov.blocked import default_block
+    from gradflow.markov.blocked import default_block
 
     block = default_block(d)
     return {
@@ -223,7 +223,7 @@ def child_memory(d: int, form: str, op: str) -> dict:
     import jax
 
     import gradflow as gf
-    from gradflow.problems._markov.blocked import default_block
+    from gradflow.markov.blocked import default_block
 
     chain = gf.chains.sticky(d, 0.5, 0.5, 0.05)
     m = 16

@@ -37,9 +37,9 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 from gradflow import plot  # noqa: E402
-from gradflow._problem_plots import committee_plateau_length, half_times  # noqa: E402
-from gradflow.problems._committee import orthogonal_teacher  # noqa: E402
-from gradflow.problems._deep_linear import random_deep_linear  # noqa: E402
+from gradflow.plot._problems import committee_plateau_length, half_times  # noqa: E402
+from gradflow.problems._committee.problem import orthogonal_teacher  # noqa: E402
+from gradflow.problems._deep_linear.problem import random_deep_linear  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,7 +43,7 @@ def compilation() -> None:
     import gradflow as gf
 
     # not public: the engine's bucket sizes, printed beside the compilations
-    from gradflow._engine.loop import save_buffer_size
+    from gradflow._loop.loop import save_buffer_size
 
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     for n in (301, 300, 801):

@@ -56,7 +56,7 @@ def _result(r, loss_name: str = "loss") -> tuple[dict, dict]:
     }
     stats = {
         k: v
-        for k, v in r.stats.items()
+        for k, v in r.stats.to_dict().items()
         if k.startswith("num_") and k != "num_devices" or k == "steps_run"
     }
     meta = {
@@ -73,50 +73,58 @@ def cases():
     import gradflow as gf
 
     sticky = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    kw = dict(width=8, t1=5000.0, progress=False)
+    quiet = gf.Run(progress=False)
+    bare = gf.SaveAt(stages=False)
+    kw = dict(width=8, t1=5000.0, run=quiet)
     yield "default", lambda: gf.integrate(sticky, 1e-3, **kw)
-    yield "default_bare", lambda: gf.integrate(sticky, 1e-3, stages=False, **kw)
+    yield "default_bare", lambda: gf.integrate(sticky, 1e-3, saveat=bare, **kw)
     rand = gf.chains.random(6, seed=3)
     yield (
         "random",
-        lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, progress=False),
+        lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, run=quiet),
     )
     yield (
         "random_bare",
-        lambda: gf.integrate(
-            rand, 1e-3, width=8, t1=20000.0, stages=False, progress=False
-        ),
+        lambda: gf.integrate(rand, 1e-3, width=8, t1=20000.0, saveat=bare, run=quiet),
     )
     model = gf.Model(heads=2, value=True, residual=True, norm="rms")
     yield "variant", lambda: gf.integrate(sticky, 1e-3, model=model, **kw)
     yield (
         "variant_bare",
-        lambda: gf.integrate(sticky, 1e-3, model=model, stages=False, **kw),
+        lambda: gf.integrate(sticky, 1e-3, model=model, saveat=bare, **kw),
     )
     yield (
         "float32",
         lambda: gf.integrate(
-            sticky, 1e-2, width=4, t1=2000.0, dtype="float32", progress=False
-        ),
+            sticky,
+            1e-2,
+            width=4,
+            t1=2000.0,
+            solver=gf.Solver(dtype="float32"),
+            run=quiet,
+        ),  # fmt: skip
     )
     level = float(sticky.unigram_entropy) + 0.01
     below = gf.Event(
         "below_unigram",
-        lambda t, p, c: level - gf.population_loss(p, c),
+        lambda t, p, problem: level - gf.population_loss(p, problem.chain),
         direction=True,
     )
-    yield "events", lambda: gf.integrate(sticky, 1e-3, events=[below], **kw)
+    events = gf.SaveAt(events=[below])
+    yield "events", lambda: gf.integrate(sticky, 1e-3, saveat=events, **kw)
     chains = [gf.chains.sticky(4, 0.5, 0.5, x) for x in (0.0, 0.1)]
     yield (
         "sweep",
         lambda: gf.sweep(
-            chains, init_scale=1e-3, seeds=[0, 1], width=4, t1=2000.0, progress=False
+            chains, init_scale=1e-3, seeds=[0, 1], width=4, t1=2000.0, run=quiet
         ),
     )
     p0 = gf.init_params(6, 8, 1e-3, seed=1)
-    sgd_kw = dict(context=64, batch_size=64, lr=0.5, t1=60.0, progress=False)
+    sgd = gf.SGD(lr=0.5, batch_size=64)
+    sgd_kw = dict(context=64, sgd=sgd, t1=60.0, run=quiet)
     yield "sgd", lambda: gf.train_sgd(sticky, p0, **sgd_kw)
-    yield "sgd_dataset", lambda: gf.train_sgd(sticky, p0, num_sequences=256, **sgd_kw)
+    data = dict(sgd_kw, sgd=gf.SGD(lr=0.5, batch_size=64, num_sequences=256))
+    yield "sgd_dataset", lambda: gf.train_sgd(sticky, p0, **data)
     yield (
         "sgd_variant",
         lambda: gf.train_sgd(
@@ -153,12 +161,13 @@ def problem_cases():
     deep = gf.problems.DeepLinear.random(
         [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
     )
-    yield "deep_linear", lambda: gf.flow(deep, 1e-3, t1=200.0, progress=False)
+    quiet = gf.Run(progress=False)
+    yield "deep_linear", lambda: gf.flow(deep, 1e-3, t1=200.0, run=quiet)
     committee = gf.problems.Committee.isotropic(3, 6, 3, norm=1.0, seed=None)
-    yield "committee", lambda: gf.flow(committee, 1e-3, t1=5000.0, progress=False)
+    yield "committee", lambda: gf.flow(committee, 1e-3, t1=5000.0, run=quiet)
     quad = Quadratic(jnp.diag(jnp.array([1.0, 0.1, 0.01])), jnp.array([1.0, 2, 3]))
     del eqx
-    yield "quadratic", lambda: gf.flow(quad, 1e-3, t1=2000.0, progress=False)
+    yield "quadratic", lambda: gf.flow(quad, 1e-3, t1=2000.0, run=quiet)
     others = [
         gf.problems.DeepLinear.random(s, n_in=4, n_out=3, hidden=(3,), seed=0)
         for s in ([2.0, 1.0], [2.0, 0.5])
@@ -166,7 +175,7 @@ def problem_cases():
     yield (
         "sweep_problems",
         lambda: gf.sweep(
-            others, init_scale=1e-3, seeds=[0, 1], t1=100.0, progress=False
+            others, init_scale=1e-3, seeds=[0, 1], t1=100.0, run=quiet
         ),
     )
 
@@ -177,7 +186,7 @@ def deep_theory_case():
     deep = gf.problems.DeepLinear.random(
         [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
     )
-    traj = gf.flow(deep, 1e-3, t1=200.0, progress=False)
+    traj = gf.flow(deep, 1e-3, t1=200.0, run=gf.Run(progress=False))
     return _points(gf.critical_points(traj))
 
 
@@ -214,7 +223,11 @@ def theory_case():
     import gradflow as gf
 
     traj = gf.integrate(
-        gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=5000.0, progress=False
+        gf.chains.sticky(6, 0.5, 0.5, 0.05),
+        1e-3,
+        width=8,
+        t1=5000.0,
+        run=gf.Run(progress=False),
     )
     return _points(gf.critical_points(traj))
 

@@ -45,7 +45,7 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 import gradflow as gf  # noqa: E402
 
 # not public: the plain-Diffrax rows count their work as a Trajectory's stats do
-from gradflow._engine.solving import count_grad_evals, count_hvps  # noqa: E402
+from gradflow._flow.solving import count_grad_evals, count_hvps  # noqa: E402
 
 
 # -- scenarios ------------------------------------------------------------------

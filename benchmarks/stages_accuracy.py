@@ -228,8 +228,8 @@ def default_scenario(results) -> bool:
 def calibrate(entries, step=STAGES_STEP):
     """The measurements behind each threshold (docs/stages.md), per family."""
     # not public: the calibration reads the detector's intermediate curves
-    from gradflow._engine.stages import plateau_intervals
-    from gradflow.problems._markov.stages import _curves, _focus_episodes
+    from gradflow._stages import plateau_intervals
+    from gradflow.markov.stages import _curves, _focus_episodes
 
     th = gf.StageThresholds()
     rows = {}

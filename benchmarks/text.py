@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules that main's text code imports (relatively) and that the engine
 # refactor moved: old name -> today's module.
 MOVED_MODULES = {
-    "gradflow._chain": "gradflow.problems._markov.chain",
+    "gradflow._chain": "gradflow.markov.chain",
     "gradflow._errors": "gradflow._core.errors",
 }
 

@@ -36,8 +36,8 @@ import gradflow as gf  # noqa: E402
 
 # not public: gf.compare's crossing time, the model's count-based attention (below)
 from gradflow._sgd.compare import crossing_time  # noqa: E402
-from gradflow.problems._markov.attention import attention_weights  # noqa: E402
-from gradflow.problems._markov.losses import context_counts  # noqa: E402
+from gradflow.markov.attention import attention_weights  # noqa: E402
+from gradflow.markov.losses import context_counts  # noqa: E402
 
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"

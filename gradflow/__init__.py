@@ -6,6 +6,12 @@ escapes grow from components of size `init_scale`, which float32 resolves badly.
 On a CPU it also asks JAX for one device per core, if JAX has not started yet
 and the user has not chosen (`gradflow/_core/devices.py`;
 `GRADFLOW_CPU_DEVICES=1` keeps one device): sweeps use every core.
+
+The core (any problem): `flow`, `sweep`, `train_sgd`, `compare`, the theory
+(`linearize`, `critical_points`, `theory_report`), results and files, and the
+options they share (`SaveAt`, `Solver`, `Run`, `SGD`). The paper's model is the
+package `gradflow.markov`, built on the core like a user's model; its everyday
+names are here too (`integrate`, `MarkovChain`, `Params`, `Model`, ...).
 """
 
 import jax
@@ -16,79 +22,95 @@ from ._core.devices import use_every_core as _use_every_core
 jax.config.update("jax_enable_x64", True)
 _use_every_core()
 
-from . import (  # noqa: E402
-    chains as chains,
-    problems as problems,
-    solvers as solvers,
-    text as text,
-    theory as theory,
-)
+# The core, then the problems' packages: the theory's public module re-exports
+# their closed forms, so it is imported before them (each `isort: split`
+# keeps this order).
+from . import solvers as solvers, theory as theory  # noqa: E402
 from ._core.records import (  # noqa: E402
     STAGE_KINDS as STAGE_KINDS,
     EventRecord as EventRecord,
     Stage as Stage,
     stage_events as stage_events,
 )
-from ._engine.driver import Interrupted as Interrupted  # noqa: E402
-from ._engine.events import (  # noqa: E402
+from ._event.events import (  # noqa: E402
     Event as Event,
     SegmentedSolution as SegmentedSolution,
     solve_with_events as solve_with_events,
 )
-from ._engine.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
-from ._engine.problem import Problem as Problem  # noqa: E402
-from ._engine.result import Trajectory as Trajectory, load as load  # noqa: E402
-from ._engine.solving import (  # noqa: E402
+from ._flow.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
+from ._flow.solving import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
 )
-from ._engine.stages import StageThresholds as StageThresholds  # noqa: E402
-from ._engine.sweep_result import (  # noqa: E402
+from ._loop.driver import Interrupted as Interrupted  # noqa: E402
+from ._options import (  # noqa: E402
+    SGD as SGD,
+    Run as Run,
+    SaveAt as SaveAt,
+    Solver as Solver,
+)
+from ._problem.adapt import as_problem as as_problem  # noqa: E402
+from ._problem.base import (  # noqa: E402
+    Analysis as Analysis,
+    BoundedProblem as BoundedProblem,
+    ObservedProblem as ObservedProblem,
+    Problem as Problem,
+    SampledProblem as SampledProblem,
+    StagedProblem as StagedProblem,
+)
+from ._problem.functions import (  # noqa: E402
+    generic_analysis as generic_analysis,
+    loss_levels as loss_levels,
+)
+from ._result.codes import RESULTS as RESULTS  # noqa: E402
+from ._result.files import load as load  # noqa: E402
+from ._result.info import (  # noqa: E402
+    FlowSettings as FlowSettings,
+    FlowStats as FlowStats,
+)
+from ._result.trajectory import Trajectory as Trajectory  # noqa: E402
+from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._sgd.run import (  # noqa: E402
+    SGDRun as SGDRun,
+    SGDSettings as SGDSettings,
+    SGDStats as SGDStats,
+    load_sgd as load_sgd,
+)
+from ._sgd.train import train_sgd as train_sgd  # noqa: E402
+from ._stages import (  # noqa: E402
+    StageThresholds as StageThresholds,
+    matrix_spectra as matrix_spectra,
+)
+from ._sweep.result import (  # noqa: E402
     Member as Member,
     Sweep as Sweep,
+    SweepSettings as SweepSettings,
+    SweepStats as SweepStats,
     load_sweep as load_sweep,
 )
-from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
-from ._sgd.run import SGDRun as SGDRun, load_sgd as load_sgd  # noqa: E402
-from ._sgd.train import train_sgd as train_sgd  # noqa: E402
-from .problems._markov.chain import (  # noqa: E402
+from ._sweep.sweep import sweep as sweep  # noqa: E402
+
+
+# isort: split
+# The paper's model (the package gradflow.markov) and the other problems.
+from . import (  # noqa: E402
+    chains as chains,
+    markov as markov,
+    problems as problems,
+    text as text,  # noqa: E402
+)
+from .markov import (  # noqa: E402
     MarkovChain as MarkovChain,
-    entropy_bounds as entropy_bounds,
-    stationary_distribution as stationary_distribution,
-)
-from .problems._markov.diagnostics import (  # noqa: E402
-    attention_entropy as attention_entropy,
-    diagnostic_rates as diagnostic_rates,
-    diagnostics as diagnostics,
-)
-from .problems._markov.entry import (  # noqa: E402
-    integrate as integrate,
-    integrate_stages as integrate_stages,
-    sweep as sweep,
-)
-from .problems._markov.model import (  # noqa: E402
+    Model as Model,
     Params as Params,
+    VariantParams as VariantParams,
     attention as attention,
-    attention_summary as attention_summary,
-    finite_context_logits as finite_context_logits,
     finite_context_loss as finite_context_loss,
     init_params as init_params,
-    population_logits as population_logits,
+    integrate as integrate,
     population_loss as population_loss,
-)
-from .problems._markov.problem import (  # noqa: E402
-    observe_params as observe_params,
-    stages_from_params as stages_from_params,
-)
-from .problems._markov.stages import (  # noqa: E402
-    detect_stages as detect_stages,
-    observe as observe,
-)
-from .problems._markov.variants import (  # noqa: E402
-    Model as Model,
-    VariantParams as VariantParams,
 )
 from .theory import (  # noqa: E402
     CriticalPoint as CriticalPoint,
@@ -102,9 +124,10 @@ from .theory import (  # noqa: E402
 # The public names: what the API reference documents (docs/_hooks.py reads this
 # list) and what `from gradflow import *` gives.
 __all__ = [
+    "Analysis",
+    "as_problem",
     "attention",
-    "attention_entropy",
-    "attention_summary",
+    "BoundedProblem",
     "chains",
     "compare",
     "Comparison",
@@ -113,48 +136,55 @@ __all__ = [
     "default_save_times",
     "DEFAULT_SOLVER",
     "default_tolerances",
-    "detect_stages",
-    "diagnostic_rates",
-    "diagnostics",
-    "entropy_bounds",
     "Event",
     "EventRecord",
-    "finite_context_logits",
     "finite_context_loss",
     "flow",
+    "FlowSettings",
+    "FlowStats",
+    "generic_analysis",
     "GradientFlow",
     "init_params",
     "integrate",
-    "integrate_stages",
     "Interrupted",
     "Linearization",
     "linearize",
     "load",
     "load_sgd",
     "load_sweep",
+    "loss_levels",
+    "markov",
     "MarkovChain",
+    "matrix_spectra",
     "Member",
     "Model",
-    "observe",
-    "observe_params",
+    "ObservedProblem",
     "Params",
-    "population_logits",
     "population_loss",
     "Problem",
     "problems",
+    "RESULTS",
+    "Run",
+    "SampledProblem",
+    "SaveAt",
     "SegmentedSolution",
+    "SGD",
     "SGDRun",
+    "SGDSettings",
+    "SGDStats",
     "solve_with_events",
+    "Solver",
     "solvers",
     "SOLVERS",
     "Stage",
     "stage_events",
     "STAGE_KINDS",
-    "stages_from_params",
+    "StagedProblem",
     "StageThresholds",
-    "stationary_distribution",
     "Sweep",
     "sweep",
+    "SweepSettings",
+    "SweepStats",
     "text",
     "theory",
     "theory_report",

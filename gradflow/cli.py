@@ -74,7 +74,7 @@ def enable_compilation_cache() -> Path:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     # The traced solve too (`gradflow/_engine/exported.py`): a warm start
     # loads it instead of tracing it again.
-    from ._engine import exported
+    from ._loop import exported
 
     exported.enable(path / "gradflow-export")
     return path

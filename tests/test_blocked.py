@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.problems._markov.blocked import BLOCKED_MIN_D, default_block
+from gradflow.markov.blocked import BLOCKED_MIN_D, default_block
 
 
 def _hvp(loss, params, v, chain):

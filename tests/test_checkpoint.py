@@ -3,7 +3,7 @@ of steps, resumed from its checkpoint, ends *bit for bit* where an
 uninterrupted run ends; checkpoints of other calls are refused.
 
 Crashes are simulated by making the chunk function
-(`gradflow._engine.loop.run_chunk`) raise after a few calls, so the process
+(`gradflow._loop.loop.run_chunk`) raise after a few calls, so the process
 state is lost exactly as in a kill between two checkpoint writes (the end-to-end
 SIGKILL test of the CLI is in `test_cli_run.py`). Chunks of 60 steps
 (`chunk_steps=60` instead of 1000) make these short runs cross many chunk
@@ -24,7 +24,7 @@ import gradflow as gf
 
 # An internal: its chunk function is patched to simulate a crash or a Ctrl-C
 # between two chunks.
-import gradflow._engine.loop as loop
+import gradflow._loop.loop as loop
 
 
 CHUNK = 60
@@ -163,7 +163,7 @@ def test_ctrl_c_without_checkpoint_keeps_data(monkeypatch):
 
 def test_deferred_interrupt_defers_once_and_respects_an_ignored_sigint():
     # An internal with no public name: the driver's Ctrl-C handling.
-    from gradflow._engine.driver import deferred_interrupt
+    from gradflow._loop.driver import deferred_interrupt
 
     previous = signal.getsignal(signal.SIGINT)
     try:

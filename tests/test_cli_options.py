@@ -74,7 +74,7 @@ def test_shared_options_take_one_form():
 
 def test_stated_defaults_are_the_library_s():
     import gradflow as gf
-    from gradflow._engine.solving import DEFAULT_MAX_STEPS, default_tolerances
+    from gradflow._flow.solving import DEFAULT_MAX_STEPS, default_tolerances
 
     options = _options(_subparsers()["run"])
     assert f"(default: {gf.DEFAULT_SOLVER}," in options["--solver"].help

@@ -182,7 +182,7 @@ def _cli(*args):
 # result (tests/test_checkpoint.py), so the resumed run uses the normal CLI.
 # The CLI has no chunk option: the internal chunk function and size are patched.
 _SLOW_CLI = (
-    "import sys, time, gradflow._engine.loop as e; real = e.run_chunk; "
+    "import sys, time, gradflow._loop.loop as e; real = e.run_chunk; "
     "e.CHUNK_STEPS = 25; "
     "e.run_chunk = lambda *a, **k: (time.sleep(0.05), real(*a, **k))[1]; "
     "from gradflow.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -262,7 +262,7 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
     """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
     and tables are written, the exit code is 130, and the checkpoint resumes."""
     # an internal: its chunk function is patched to press Ctrl-C between chunks
-    import gradflow._engine.loop as loop_module
+    import gradflow._loop.loop as loop_module
 
     real = loop_module.run_chunk
     calls = {"n": 0}

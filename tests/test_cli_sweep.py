@@ -11,7 +11,7 @@ import gradflow as gf
 
 # An internal: the CLI has no chunk option; its chunk size is patched to that of
 # `small_sweep`, whose compiled chunk the command then reuses.
-import gradflow._engine.loop as loop
+import gradflow._loop.loop as loop
 
 # Internals with no public name: the parsers of the command's value lists.
 from gradflow._cli.sweep import parse_seeds, parse_values

@@ -13,7 +13,7 @@ import pytest
 
 import gradflow as gf
 from gradflow._core import devices
-from gradflow._engine.sweep_batch import member_positions
+from gradflow._sweep.batch import member_positions
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ import gradflow as gf
 
 # The result-file format version this gradflow writes and reads up to has no
 # public name: the "newer file" case writes the next one.
-from gradflow._engine.result import FORMAT_VERSION
+from gradflow._result.trajectory import FORMAT_VERSION
 
 
 _COMPILE_EVENT_PREFIX = "/jax/core/compile/"
@@ -54,10 +54,10 @@ _COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 # replace gradflow's own internals.
 _TRIPWIRES = (
     # the flow: its pure chunk function and first state, the host driver
-    ("gradflow._engine.loop", "run_chunk"),
-    ("gradflow._engine.loop", "init_state"),
-    ("gradflow._engine.flow", "init_state"),
-    ("gradflow._engine.flow", "drive"),
+    ("gradflow._loop.loop", "run_chunk"),
+    ("gradflow._loop.loop", "init_state"),
+    ("gradflow._flow.flow", "init_state"),
+    ("gradflow._flow.flow", "drive"),
     # SGD: its pure chunk function, the first batch, the data drawn up front,
     # the population loss at the saves
     ("gradflow._sgd.loop", "sgd_chunk"),
@@ -67,11 +67,11 @@ _TRIPWIRES = (
     ("gradflow._sgd.train", "drive"),
     # a sweep's batched chunks and first states, its driver; the solve of
     # gf.solve_with_events
-    ("gradflow._engine.sweep_batch", "run_chunk"),
-    ("gradflow._engine.sweep_batch", "init_state"),
-    ("gradflow._engine.sweep", "drive"),
-    ("gradflow._engine.events", "init_state"),
-    ("gradflow._engine.events", "drive"),
+    ("gradflow._sweep.batch", "run_chunk"),
+    ("gradflow._sweep.batch", "init_state"),
+    ("gradflow._sweep.sweep", "drive"),
+    ("gradflow._event.events", "init_state"),
+    ("gradflow._event.events", "drive"),
     # the theory: its compiled gradient, the Newton refinement
     ("gradflow.theory._linearize", "flat_grad"),
     ("gradflow.theory._critical", "flat_grad"),
@@ -1386,7 +1386,7 @@ def test_failure_messages(result, match):
     import diffrax as dfx
 
     # the message of a failed solve, made for each Diffrax result
-    from gradflow._engine.solving import failure_message
+    from gradflow._flow.solving import failure_message
 
     message = failure_message(getattr(dfx.RESULTS, result), 0.2556, 2000.0, 5000)
     assert message.startswith("the solver stopped at t = 0.2556 of t1 = 2000: ")
@@ -1396,7 +1396,7 @@ def test_failure_messages(result, match):
 
 def test_descent_check_names_the_first_rise():
     # the descent check on hand-made curves
-    from gradflow._engine.solving import check_descent
+    from gradflow._flow.solving import check_descent
 
     ts = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
     assert check_descent(ts, [2.0, 1.5, 1.5 + 1e-6, 1.2, 1.1], rtol=1e-5) == ""

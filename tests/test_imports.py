@@ -242,14 +242,14 @@ def test_the_checker_sees_imports_up_the_layers(tmp_path):
     )
     edges, _ = _imports(_modules(fake))
     assert _layer_violations(edges) == [
-        "gradflow._core.errors imports gradflow._engine.flow "
+        "gradflow._core.errors imports gradflow._flow.flow "
         "(a foundation imports only foundations)",
         "gradflow._engine imports gradflow (a higher layer)",
-        "gradflow._engine.flow imports gradflow.problems._markov.chain "
+        "gradflow._flow.flow imports gradflow.markov.chain "
         "(a higher layer)",
     ]
     assert _long_modules(fake) == {
-        "gradflow.problems._markov.chain": MAX_MODULE_LINES + 1
+        "gradflow.markov.chain": MAX_MODULE_LINES + 1
     }
 
 

@@ -14,7 +14,7 @@ import gradflow as gf
 
 # the descent check that marks a lost solve has no public name; these tests
 # call it on their own curves
-from gradflow._engine.solving import check_descent
+from gradflow._flow.solving import check_descent
 
 
 DEFAULT_NUM_SAVES = len(gf.default_save_times(1.0))
@@ -231,7 +231,7 @@ def test_grad_eval_count_matches_a_counter(solver):
     jax.block_until_ready(sol.ys)
     stats = {k: int(v) for k, v in sol.stats.items()}
     # the count a Trajectory's stats report, checked against a real counter
-    from gradflow._engine.solving import count_grad_evals
+    from gradflow._flow.solving import count_grad_evals
 
     assert count_grad_evals(gf.SOLVERS[solver](), stats) == calls[0]
 

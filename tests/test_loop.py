@@ -15,9 +15,9 @@ import gradflow as gf
 # call, its Spec and its Observer) have no public names: these tests vmap the
 # chunk function directly and read the chunk size a flow's Spec gets.
 from gradflow._engine import loop
-from gradflow._engine.flow import solve_spec
-from gradflow._engine.observe import Observer
-from gradflow._engine.setup import prepare
+from gradflow._flow.flow import solve_spec
+from gradflow._event.observe import Observer
+from gradflow._flow.setup import prepare
 
 
 CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)

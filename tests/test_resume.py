@@ -7,7 +7,7 @@ import gradflow as gf
 
 # The controller that lets a Diffrax call continue the previous one has no
 # public name: this test drives Diffrax with it directly.
-from gradflow._engine.resume import ResumableController, next_step
+from gradflow._loop.resume import ResumableController, next_step
 
 
 # Dopri8 (a compilation of its own) in the slow tier.

@@ -19,11 +19,11 @@ from gradflow._sgd.loop import FixedData, sgd_chunk
 
 # The paper's model's finite-context loss from token counts: checked against
 # SPEC section 2 written out in NumPy, and used to redo a run by hand.
-from gradflow.problems._markov.losses import context_counts, counted_context_loss
+from gradflow.markov.losses import context_counts, counted_context_loss
 
 # The samplers behind `MarkovAttention.sample`: their distributions are
 # tested directly (chi-square against P and pi, windows of a stream).
-from gradflow.problems._markov.samplers import ChainSampler, WindowSampler
+from gradflow.markov.samplers import ChainSampler, WindowSampler
 
 
 # ------------------------------------------------------------------ sampling

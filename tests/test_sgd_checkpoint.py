@@ -30,7 +30,7 @@ import gradflow._sgd.loop as sgd_loop
 # Internals of the checkpoint file: a test reads the state a checkpoint holds
 # (and edits it) to check what was written, and writes a flow's checkpoint.
 from gradflow._core.files import read_npz_with_meta
-from gradflow._engine.checkpoint import FORMAT_NAME, Checkpointer, unpack_tree
+from gradflow._loop.checkpoint import FORMAT_NAME, Checkpointer, unpack_tree
 from gradflow.cli import main
 
 

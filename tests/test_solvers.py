@@ -13,7 +13,7 @@ import gradflow as gf
 
 # The work counts a Trajectory's stats report have no public name: these tests
 # check them against the solver's own counters.
-from gradflow._engine.solving import count_grad_evals, count_hvps
+from gradflow._flow.solving import count_grad_evals, count_hvps
 
 
 DEFAULT_NUM_SAVES = len(gf.default_save_times(1.0))
@@ -415,8 +415,8 @@ def test_solver_options_are_recorded_in_the_settings():
     # solve is not resumed by another (the settings differ).
     # a flow's checked call and the solver options it records (no public
     # names): checked without solving
-    from gradflow._engine.setup import prepare
-    from gradflow._engine.solving import solver_options
+    from gradflow._flow.setup import prepare
+    from gradflow._flow.solving import solver_options
 
     assert solver_options(gf.solvers.ROS34PW2()) == {}
     assert solver_options(dfx.Tsit5()) == {}

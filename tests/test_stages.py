@@ -15,12 +15,12 @@ import gradflow as gf
 # public names: these tests count the former's compilations and batches and
 # check the latter on known curves.
 from gradflow._engine import stages as engine_stages
-from gradflow._engine.stages import _observe_many, secant_rate
+from gradflow._stages import _observe_many, secant_rate
 
 # the observables the paper's stage detector reads, and the memory bound of a
 # batch of observations (shrunk in a test): internals of the paper's model
-from gradflow.problems._markov import problem as markov_problem
-from gradflow.problems._markov.stages import DETECTOR_KEYS
+from gradflow.markov import problem as markov_problem
+from gradflow.markov.stages import DETECTOR_KEYS
 
 
 CHAIN = gf.chains.sticky(4, 0.5, 0.5, 0.1)

@@ -6,7 +6,7 @@ import pytest
 import gradflow as gf
 
 # An internal: the tests shrink its read block to cut text at block boundaries.
-from gradflow.text import _read
+from gradflow.markov.text import _read
 
 
 GPL3 = Path("/usr/share/common-licenses/GPL-3")

@@ -9,7 +9,7 @@ import threadpoolctl
 
 # internals with no public name: the policy and the one driver of all solves
 from gradflow._core.threads import ENV, blas_threads, limited_blas_threads
-from gradflow._engine.driver import Job, drive
+from gradflow._loop.driver import Job, drive
 
 
 def _blas_threads() -> set[int]:

@@ -350,7 +350,7 @@ def run_problem(args) -> int:
     print(format_stage_table(traj.stages))
     written = ["trajectory.npz", "stages.csv", "events.csv"]
     if not args.no_figures:
-        from .. import plot
+        from ..markov import plot
 
         written += [p.name for p in plot.plot_problem(traj, out, pdf=args.pdf)]
     print(f"wrote {', '.join(written)} to {out}/")

@@ -292,7 +292,7 @@ def _run_chain(args) -> int:
     print(format_stage_table(traj.stages))
     written = ["trajectory.npz", "stages.csv", "events.csv", "command.json"]
     if not args.no_figures:
-        from .. import plot
+        from ..markov import plot
 
         written += [
             p.name for p in plot.plot_all(traj, out, title=description, pdf=args.pdf)

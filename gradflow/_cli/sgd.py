@@ -68,7 +68,7 @@ def model_from_args(args: argparse.Namespace):
     `ValueError` naming the flag for a bad value."""
     import gradflow as gf
 
-    from ..problems._markov.variants import MAX_LAYERS
+    from ..markov.variants import MAX_LAYERS
 
     heads = _int_flag("--heads", args.heads, 1)
     layers = _int_flag("--layers", args.layers, 1, MAX_LAYERS)
@@ -148,7 +148,7 @@ def stream_from_text_args(args: argparse.Namespace):
     `builtin`): a mistyped path is an error, never read as text."""
     if getattr(args, "text", None) is None:
         return None
-    from .. import text
+    from ..markov import text
 
     source = None
     if args.text != "builtin":

@@ -220,7 +220,7 @@ def _chain(family: str, d: int, values: dict):
 
 
 def _figures(sw, out: Path, labels: dict, n_scales: int, n_seeds: int) -> list[Path]:
-    from .. import plot
+    from ..markov import plot
 
     paths = plot.save_figure(plot.sweep_summary(sw), out / "sweep_summary")
     if labels:

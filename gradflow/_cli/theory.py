@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from .._engine.result import load_trajectory
+from .._result.trajectory import load_trajectory
 from .common import add_subcommand, existing_path, fail, flag_names
 
 
@@ -162,7 +162,7 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
 
 
 def _model_label(traj) -> str:
-    from ..problems._markov.model import model_of
+    from ..markov.model import model_of
 
     return model_of(traj.params).label
 

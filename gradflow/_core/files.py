@@ -8,16 +8,12 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 
-LOADERS = {
-    "gradflow-trajectory": "gradflow.load",
-    "gradflow-sgd": "gradflow.load_sgd",
-    "gradflow-sweep": "gradflow.load_sweep",
-}
 # Every .npz file is a zip archive: a local file header, or the end record of
 # an empty archive.
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -29,15 +25,6 @@ def version() -> str:
         return importlib.metadata.version("gradflow")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
         return "0.0.0+unknown"
-
-
-def as_record(obj) -> dict:
-    """A record (`Stage`, `EventRecord` or a plain dict) as a JSON-able dict."""
-    if isinstance(obj, dict):
-        return dict(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return dict(vars(obj))
 
 
 def json_default(obj):
@@ -95,10 +82,12 @@ def peek_format(path) -> str | None:
 
 
 def read_npz_with_meta(
-    path: str | os.PathLike, expected_format: str
+    path: str | os.PathLike, expected_format: str, readers: Mapping[str, str] = {}
 ) -> tuple[dict, dict]:
     """Reads a gradflow `.npz` file: returns `(meta, arrays)`; raises a clear
-    error for a missing, truncated, foreign or too-new file."""
+    error for a missing, truncated, foreign or too-new file (for a file of
+    another format, naming its reader from `readers`: format name to the
+    public name of its reader)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     path = Path(path)
@@ -136,7 +125,7 @@ def read_npz_with_meta(
         raise ValueError(f"'{path}' has corrupt gradflow metadata: not a JSON object")
     found = meta.get("format")
     if found != expected_format:
-        hint = f"; read it with {LOADERS[found]}" if found in LOADERS else ""
+        hint = f"; read it with {readers[found]}" if found in readers else ""
         raise ValueError(
             f"'{path}' is a {found!r} file, not a {expected_format!r} file{hint}"
         )

@@ -10,10 +10,10 @@ gradflow but the other foundations (`_errors`, `_custom_types`).
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .custom_types import PARAM_NAMES
 from .errors import is_number, show
 
 
@@ -55,12 +55,14 @@ def check_init_scale(init_scale) -> float:
     `<= 0`. A parameter point given in its place (`integrate(chain, params0)`)
     is told to go to `params=`."""
     if not is_number(init_scale):
-        # A gradflow.Params or gradflow.VariantParams: the modules with the
-        # four weight matrices (this foundation cannot import their classes).
-        if all(hasattr(init_scale, name) for name in PARAM_NAMES):
+        # A starting point (a PyTree of arrays, e.g. a gradflow.Params) given
+        # in its place.
+        leaves = [] if isinstance(init_scale, (str, bytes)) else jax.tree.leaves(init_scale)
+        if leaves and any(np.ndim(x) > 0 for x in leaves):
             raise TypeError(
-                f"init_scale must be a positive number, got a gradflow."
-                f"{type(init_scale).__name__}; pass a starting point as params=..."
+                f"init_scale must be a positive number, got a "
+                f"{type(init_scale).__name__} (a starting point?); pass a starting "
+                "point as params=..."
             )
         raise TypeError(f"init_scale must be a positive number, got {show(init_scale)}")
     value = float(init_scale)

@@ -9,7 +9,7 @@ import types
 import jax
 import numpy as np
 
-from .._engine.checkpoint import digest, pack_tree
+from .._loop.checkpoint import digest, pack_tree
 
 
 # Entries recorded by `describe_optimizer` at most (a closure could hold a
@@ -76,7 +76,7 @@ def optimizer_repr(optimizer) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(optimizer))[:200]
 
 
-def fingerprint(settings, *, optimizer, opt, params0, problem, steps):
+def fingerprint(settings, *, optimizer, opt, params0, problem_arrays, steps):
     """The `(settings, inputs)` a checkpoint of this call must match: `optimizer`
     is the one given (`None` for the default), `opt` the one used."""
     settings = dict(settings)
@@ -92,7 +92,7 @@ def fingerprint(settings, *, optimizer, opt, params0, problem, steps):
             name = f"optimizer state{jax.tree_util.keystr(key)}"
             settings[name] = f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}"
     inputs = {
-        **problem.fingerprint_inputs(),
+        **problem_arrays,
         "save_steps": steps,
         **pack_tree("params0", params0),
     }

@@ -5,10 +5,11 @@ from pathlib import Path
 from typing import Any
 
 import equinox as eqx
+import jax
 import numpy as np
 
-from .._engine.result import Trajectory
-from ..problems._markov.model import model_of, param_arrays
+from .._problem.functions import loss_levels
+from .._result.trajectory import Trajectory
 
 
 DEFAULT_LEVELS = (0.25, 0.5, 0.75, 0.9)
@@ -60,12 +61,12 @@ class Comparison(eqx.Module):
     - `flow_loss`, `sgd_loss`: population losses at `ts`;
       `loss_gap = sgd_loss - flow_loss`.
     - `param_distance`: $\|\theta_\text{SGD} - \theta_\text{flow}\| /
-      \|\theta_\text{flow}\|$ (all parameters together: the four matrices,
-      and a variant's `WV`, `gain`, `bias`) at `ts`.
+      \|\theta_\text{flow}\|$ (all parameters together) at `ts`.
     - `exact`: whether the flow was saved at exactly `ts` (otherwise it was
       interpolated linearly in `t`; pass `ts=run.ts` to `integrate` to avoid it).
     - `levels`: loss levels on the first drop, the fractions `fractions` of the
-      way from the initial loss down to $H(\pi)$; `flow_crossings`,
+      way from the initial loss down to the level the first drop reaches (see
+      [`gradflow.compare`][]); `flow_crossings`,
       `sgd_crossings`: first times each level is reached; `crossing_rel_error`
       $= |t_\text{SGD} - t_\text{flow}| / t_\text{flow}$.
     - `drop_end`: the flow's crossing of the deepest level (`nan` if it is not
@@ -76,9 +77,10 @@ class Comparison(eqx.Module):
       times); `max_abs_gap_after`, its maximum.
     - `stage_time_diffs`: SGD minus flow start time of each stage found in both
       (empty until stages are attached).
-    - `entropy_levels`: the chain's $\log d$, $H(\pi)$ and conditional entropy
-      (for the figure); `flow_stages`: the flow's stage records (shaded in the
-      figure).
+    - `reference_levels`: the problem's reference levels
+      (`{name: (label, value)}`, e.g. the paper's model's $\log d$, $H(\pi)$
+      and conditional entropy), drawn in the figure; `flow_stages`: the
+      flow's stage records (shaded in the figure).
     """
 
     ts: np.ndarray
@@ -98,7 +100,7 @@ class Comparison(eqx.Module):
     max_abs_gap_after: float
     stage_time_diffs: dict[str, float]
     labels: tuple[str, str] = ("flow", "SGD")
-    entropy_levels: dict[str, float] = eqx.field(default_factory=dict)
+    reference_levels: dict[str, tuple[str, float]] = eqx.field(default_factory=dict)
     flow_stages: tuple = ()
 
     def summary(self) -> dict[str, Any]:
@@ -120,15 +122,13 @@ class Comparison(eqx.Module):
         }
 
     def figure(self, title: str | None = None):
-        """Both losses (top) against the chain's loss levels and the levels
-        whose crossings are compared (marked where the flow crosses them), and
-        the gaps (bottom), on a log time axis with the flow's stages shaded;
-        legends beside the panels."""
-        import matplotlib.pyplot as plt
+        """Both losses (top) against the problem's reference levels and the
+        levels whose crossings are compared (marked where the flow crosses
+        them), and the gaps (bottom), on a log time axis with the flow's
+        stages shaded; legends beside the panels."""
+        from ..plot._base import pyplot, shade_stages
 
-        from ..plot import shade_stages
-
-        fig, (ax, bx) = plt.subplots(
+        fig, (ax, bx) = pyplot().subplots(
             2,
             1,
             figsize=(10, 6.5),
@@ -141,11 +141,9 @@ class Comparison(eqx.Module):
             shade_stages(a, self.flow_stages, labels=a is ax, alpha=0.15)
         ax.plot(self.ts[pos], self.flow_loss[pos], "k-", lw=2, label=self.labels[0])
         ax.plot(self.ts[pos], self.sgd_loss[pos], "C1--", lw=1.5, label=self.labels[1])
-        styles = {"log_d": (":", r"$\log d$"), "unigram": ("--", r"$H(\pi)$"),
-                  "conditional": ("-.", r"$H(P|\pi)$")}  # fmt: skip
-        for key, value in self.entropy_levels.items():
-            style, name = styles[key]
-            ax.axhline(value, color="tab:red", ls=style, lw=1,
+        styles = (":", "--", "-.", (0, (1, 3)))
+        for j, (name, value) in enumerate(self.reference_levels.values()):
+            ax.axhline(value, color="tab:red", ls=styles[j % len(styles)], lw=1,
                        label=f"{name} = {value:.4f}")  # fmt: skip
         for j, (lv, tc) in enumerate(
             zip(self.levels, self.flow_crossings, strict=True)
@@ -180,26 +178,32 @@ class Comparison(eqx.Module):
                   frameon=False)  # fmt: skip
         return fig
 
-    def save_figure(self, path, title: str | None = None) -> tuple[Path, Path]:
+    def save_figure(self, path, title: str | None = None) -> list[Path]:
         """Writes the figure as `path` with suffixes `.png` and `.pdf`."""
-        import matplotlib.pyplot as plt
+        from ..plot._base import save_figure
 
-        fig = self.figure(title)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        png, pdf = path.with_suffix(".png"), path.with_suffix(".pdf")
-        fig.savefig(png, dpi=150)
-        fig.savefig(pdf)
-        plt.close(fig)
-        return png, pdf
+        return save_figure(self.figure(title), Path(path).with_suffix(""))
 
 
 def _leaves(params) -> list[np.ndarray]:
-    """Every parameter array (a variant's `WV`, `gain`, `bias` included),
-    flattened behind the leading time axis."""
-    return [
-        np.asarray(v).reshape(np.shape(v)[0], -1) for v in param_arrays(params).values()
-    ]
+    """Every parameter array, flattened behind the leading time axis."""
+    return [np.asarray(v).reshape(np.shape(v)[0], -1) for v in jax.tree.leaves(params)]
+
+
+def first_drop_target(traj, levels: dict[str, tuple[str, float]]) -> float:
+    r"""The level the flow's first drop reaches: the highest reference level of
+    the problem clearly below the start (the paper's model: $H(\pi)$, below
+    $\log d$), else the loss where the flow enters its first plateau after
+    the start, else its final loss."""
+    start, final = float(traj.loss[0]), float(traj.loss[-1])
+    gap = 1e-3 * max(abs(start - final), 1e-300)
+    below = [v for _, v in levels.values() if v < start - gap]
+    if below:
+        return max(below)
+    for stage in traj.stages:
+        if stage.name == "plateau" and stage.t_start > 0:
+            return float(stage.loss_start)
+    return final
 
 
 def compare(
@@ -214,38 +218,37 @@ def compare(
     **Arguments:**
 
     - `traj`: a [`gradflow.Trajectory`][]; `run`: a [`gradflow.SGDRun`][] (or
-      anything with `ts`, `loss`, `params`, `chain`). Both should start from the
-      same parameters; for exact comparisons integrate at the run's times:
-      `gf.integrate(run.chain, params=run.params[0], t1=run.ts[-1], ts=run.ts)`.
+      anything with `ts`, `loss` and `params` of the same structure). Both
+      should start from the same parameters; for exact comparisons integrate
+      at the run's times: `gf.flow(run.problem, params=run.at(0),
+      t1=run.t_final, saveat=gf.SaveAt(ts=run.ts))`.
     - `fractions`: levels of the first drop, as fractions in `(0, 1)` of the
-      way from the initial loss to $H(\pi)$.
+      way from the initial loss to the level the drop reaches: the highest of
+      the problem's reference levels below the start (the paper's model:
+      $H(\pi)$), else where the flow enters its first plateau.
     - `labels`: legend names of the two curves.
 
     **Returns:** a [`gradflow.Comparison`][]; `.summary()` for the numbers,
     `.save_figure(path)` for the overlay.
 
-    Both must be of one model ([`gradflow.Model`][]): the model is read from
-    their parameters, so a variant's flow compares with that variant's SGD.
-
-    **Raises:** `ValueError` when the chains differ in size, the models differ,
-    the time ranges do not overlap, or a fraction is outside `(0, 1)`.
+    **Raises:** `ValueError` when the parameters differ in structure or
+    shapes (another model, or another size), the time ranges do not overlap,
+    or a fraction is outside `(0, 1)`.
     """
     for name, obj in (("traj", traj), ("run", run)):
-        for field in ("ts", "loss", "params", "chain"):
+        for field in ("ts", "loss", "params"):
             if not hasattr(obj, field):
                 raise TypeError(
                     f"{name} has no field {field!r}: got {type(obj).__name__}"
                 )
-    if traj.chain.d != run.chain.d:
+    a, b = jax.tree.structure(traj.params), jax.tree.structure(run.params)
+    shapes_a = [np.shape(x)[1:] for x in jax.tree.leaves(traj.params)]
+    shapes_b = [np.shape(x)[1:] for x in jax.tree.leaves(run.params)]
+    if a != b or shapes_a != shapes_b:
         raise ValueError(
-            f"the flow has d = {traj.chain.d} tokens but the SGD run has "
-            f"d = {run.chain.d}"
-        )
-    flow_model, sgd_model = model_of(traj.params), model_of(run.params)
-    if flow_model != sgd_model:
-        raise ValueError(
-            f"the flow is of model {flow_model.label} but the SGD run of model "
-            f"{sgd_model.label}; compare runs of one model"
+            "the flow and the SGD run have parameters of different structures or "
+            f"shapes (flow {a}, {shapes_a}; run {b}, {shapes_b}); compare runs of "
+            "one model and size"
         )
     fractions = tuple(float(f) for f in fractions)
     bad = [f for f in fractions if not 0 < f < 1]
@@ -275,7 +278,8 @@ def compare(
     param_distance = np.sqrt(diff / np.maximum(norm, np.finfo(float).tiny))
 
     start = float(flow_loss[0])
-    target = float(traj.chain.unigram_entropy)
+    levels_ = loss_levels(traj.problem) if traj.problem is not None else {}
+    target = first_drop_target(traj, levels_)
     levels = np.array([start - f * (start - target) for f in fractions])
     fc = np.array([crossing_time(ts, flow_loss, lv) for lv in levels])
     sc = np.array([crossing_time(ts, sgd_loss, lv) for lv in levels])
@@ -320,21 +324,9 @@ def compare(
         max_abs_gap_after=max_after,
         stage_time_diffs=stage_diffs,
         labels=labels,
-        entropy_levels=_levels(traj.chain),
+        reference_levels=levels_,
         flow_stages=tuple(getattr(traj, "stages", ()) or ()),
     )
 
 
-def _levels(chain) -> dict[str, float]:
-    """The chain's loss levels, or none for a problem without a chain."""
-    from ..problems._markov.chain import entropy_bounds
-
-    try:
-        levels = entropy_bounds(chain)
-    except (AttributeError, TypeError):
-        return {}
-    return {"log_d": levels["log_d"], "unigram": levels["unigram"],
-            "conditional": levels["conditional"]}  # fmt: skip
-
-
-__all__ = ["Comparison", "compare", "crossing_time"]
+__all__ = ["Comparison", "compare", "crossing_time", "first_drop_target"]

@@ -1,5 +1,5 @@
 r"""SGD's loop: one typed state advanced by a pure compiled chunk, driven by the
-host driver shared with the flow and the sweep (`gradflow._engine.driver`).
+host driver shared with the flow and the sweep (`gradflow._loop.driver`).
 
 [`SGDState`][] holds everything a run carries between chunks: the step, the
 parameters and the optimizer's state, the iterates saved so far (a fixed
@@ -19,9 +19,9 @@ import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._engine.checkpoint import pack_tree
-from .._engine.driver import Job
-from .._engine.problem import Problem
+from .._loop.checkpoint import pack_tree
+from .._loop.driver import Job
+from .._problem.base import Problem
 
 
 # Steps run inside one compiled call between looks of the host (progress,

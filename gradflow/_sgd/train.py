@@ -1,16 +1,15 @@
-r"""[`gradflow.train_sgd`][]: finite-sample SGD of any problem that samples
-(SPEC sections 6 and 11), logged on the flow's time axis
+r"""[`gradflow.train_sgd`][]: finite-sample SGD of any
+[`gradflow.SampledProblem`][], logged on the flow's time axis
 $t = \text{lr} \times \text{step}$ and measured with the flow's metric: the
-population loss of every saved iterate.
+population loss of every saved iterate (`docs/sgd.md`).
 
-The paper's model trains on sequences of its chain (`source` a chain) or on
-windows of a text (`source` a [`gradflow.text.TokenStream`][]); any
-[`gradflow.Problem`][] with `sample` and `sample_loss` trains on its own
-examples. The loop is `loop.py`'s, driven by the engine's one driver.
+A problem trains on its own examples (`sample`, `sample_loss`); other
+objects that describe a problem are turned into one by
+[`gradflow.as_problem`][] (the paper's chains and texts). The loop is
+`loop.py`'s, driven by the engine's one driver.
 """
 
 import math
-import os
 import time
 from typing import Any
 
@@ -22,28 +21,23 @@ import optax
 
 from .._core.validate import (
     check_dtype,
-    check_integer,
     check_positive_finite,
     check_save_times,
     check_seed,
 )
-from .._engine.checkpoint import (
-    DEFAULT_EVERY,
-    Checkpointer,
-    check_every,
-    check_path,
-)
-from .._engine.driver import drive, interrupted, interrupted_message
-from .._engine.problem import Problem
-from .._engine.setup import check_chunk_steps, initial_point
-from .._engine.solving import default_save_times
-from .._engine.stages import StageThresholds
-from ..problems._markov.chain import MarkovChain
-from ..problems._markov.problem import markov_problem
-from ..text._bigram import TokenStream
+from .._flow.setup import initial_point
+from .._flow.solving import default_save_times
+from .._loop.checkpoint import Checkpointer, problem_inputs
+from .._loop.driver import drive, interrupted, interrupted_message
+from .._options import SGD, Run, SaveAt, as_run, as_saveat, as_sgd
+from .._problem.adapt import as_problem
+from .._problem.base import Problem
+from .._problem.files import fingerprint as problem_fingerprint
+from .._problem.functions import analyse, astype, check_sampled, problem_loss_scale
+from .._result.codes import RESULTS
 from .checkpoint import fingerprint, optimizer_repr
 from .loop import CHUNK, FixedData, SGDJob, SGDState, init_sgd_state
-from .run import SGDRun
+from .run import SGDRun, SGDSettings, SGDStats
 
 
 # The layout of an SGD checkpoint (the state written whole); a checkpoint of
@@ -73,62 +67,6 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
     return steps if steps[0] == 0 else np.concatenate([[0], steps])
 
 
-def _problem_of(source, params, *, width, context, model) -> tuple[Problem, str]:
-    """The problem SGD trains and the `source` setting: a problem as given,
-    or the paper's model on a chain (sequences) or a text (windows)."""
-    if isinstance(source, Problem):
-        for name, value in dict(width=width, context=context, model=model).items():
-            if value is not None:
-                raise ValueError(
-                    f"{name} is for a chain or a text source; a problem carries its "
-                    f"own, got {name} = {value!r}"
-                )
-        if not source.samples:
-            raise TypeError(
-                f"source {type(source).__name__} defines no sample and sample_loss: "
-                "gf.train_sgd needs both"
-            )
-        return source, "problem"
-    if isinstance(source, TokenStream):
-        chain, kind, text = source.chain, f"text:{source.source}", source
-    elif isinstance(source, MarkovChain):
-        chain, kind, text = source, "chain", None
-    else:
-        raise TypeError(
-            "source must be a gradflow.MarkovChain, a gradflow.text.TokenStream "
-            "(from gf.text.encode) or a gradflow.Problem, got "
-            f"{type(source).__name__}"
-        )
-    context = 256 if context is None else check_integer("context", context, 1)
-    if text is not None and len(text) < context + 2:
-        raise ValueError(
-            f"the corpus has {len(text)} tokens, too few for windows of context + 1 "
-            f"= {context + 1} tokens (need at least {context + 2})"
-        )
-    problem = markov_problem(
-        chain,
-        width=16 if width is None else width,
-        model=model,
-        params=params,
-        save_attention=False,
-        context=context,
-        text=text,
-    )
-    return problem, kind
-
-
-def _check_num_samples(num_sequences, batch_size: int) -> int | None:
-    if num_sequences is None:
-        return None
-    num_sequences = check_integer("num_sequences", num_sequences, 1)
-    if num_sequences < batch_size:
-        raise ValueError(
-            f"num_sequences = {num_sequences} is smaller than batch_size = "
-            f"{batch_size}; batches are drawn without replacement"
-        )
-    return num_sequences
-
-
 class _Setup(eqx.Module):
     """Everything `train_sgd` checked and derived, before anything is compiled."""
 
@@ -136,7 +74,10 @@ class _Setup(eqx.Module):
     problem_dt: Problem
     params0: Any
     steps: np.ndarray
-    settings: dict[str, Any]
+    settings: SGDSettings
+    sgd: SGD
+    saveat: SaveAt
+    run: Run
     optimizer: optax.GradientTransformation
     opt_state: Any
     step_key: Any
@@ -146,83 +87,69 @@ class _Setup(eqx.Module):
     start_time: float
 
 
-def _prepare(source, params, **kw) -> _Setup:
+def _prepare(problem, params, *, init_scale, seed, t1, sgd, saveat, run, options):
     """Checks the arguments of `train_sgd` (one-line errors naming the
     argument), opens the checkpoint (refusing one of another call), and draws
     the keys."""
     start_time = time.perf_counter()
-    problem, kind = _problem_of(
-        source, params, width=kw["width"], context=kw["context"], model=kw["model"]
-    )
-    jdtype = check_dtype(kw["dtype"])
-    batch_size = check_integer("batch_size", kw["batch_size"], 1)
-    lr = check_positive_finite("lr", kw["lr"])
-    t1 = check_positive_finite("t1", kw["t1"])
-    seed = check_seed(kw["seed"])
-    num_sequences = _check_num_samples(kw["num_sequences"], batch_size)
-    optimizer = kw["optimizer"]
-    if optimizer is not None and not isinstance(
-        optimizer, optax.GradientTransformation
-    ):
-        raise TypeError(
-            "optimizer must be an optax.GradientTransformation, got "
-            f"{type(optimizer).__name__}"
-        )
-    steps = sgd_save_steps(kw["ts"], lr, t1)
-    checkpoint = check_path(kw["checkpoint"])
-    checkpoint_every = check_every(kw["checkpoint_every"])
-    chunk = check_chunk_steps(kw["chunk_steps"]) or CHUNK
-    problem_dt = problem.astype(jdtype)
+    sgd, saveat, run = as_sgd(sgd), as_saveat(saveat), as_run(run)
+    problem = check_sampled(as_problem(problem, params=params, **options))
+    jdtype = check_dtype(sgd.dtype)
+    t1 = check_positive_finite("t1", t1)
+    seed = check_seed(seed)
+    steps = sgd_save_steps(saveat.ts, sgd.lr, t1)
+    problem_dt = astype(problem, jdtype)
     params0, init_scale = initial_point(
-        problem_dt, init_scale=kw["init_scale"], params=params, seed=seed, dtype=jdtype
+        problem_dt, init_scale=init_scale, params=params, seed=seed, dtype=jdtype
     )
-    settings = {
-        "source": kind,
-        **problem.settings(params0),
-        **problem.sample_settings(),
-        "init_scale": None if init_scale is None else float(init_scale),
-        "seed": int(seed),
-        "batch_size": batch_size,
-        "lr": lr,
-        "t1": t1,
-        "num_sequences": num_sequences,
-        "optimizer": "sgd" if optimizer is None else optimizer_repr(optimizer),
-        "dtype": np.dtype(jdtype).name,
-        "num_saves": int(steps.size),
-    }
+    optimizer = sgd.optimizer
+    settings = SGDSettings(
+        init_scale=None if init_scale is None else float(init_scale),
+        seed=int(seed),
+        batch_size=sgd.batch_size,
+        lr=sgd.lr,
+        t1=t1,
+        num_sequences=sgd.num_sequences,
+        optimizer="sgd" if optimizer is None else optimizer_repr(optimizer),
+        dtype=np.dtype(jdtype).name,
+        num_saves=int(steps.size),
+    )
     opt = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     ckpt = None
-    if checkpoint is not None:
+    if run.checkpoint is not None:
         # Reads an existing file: a checkpoint of another call is refused here,
         # before anything is compiled.
         fp_settings, fp_inputs = fingerprint(
-            dict(settings, checkpoint_layout=CHECKPOINT_LAYOUT),
+            dict(settings.to_dict(), checkpoint_layout=CHECKPOINT_LAYOUT),
             optimizer=optimizer,
             opt=opt,
             params0=params0,
-            problem=problem,
+            problem_arrays=problem_inputs(problem_fingerprint(problem)),
             steps=steps,
         )
         ckpt = Checkpointer(
-            checkpoint, "train_sgd", fp_settings, fp_inputs, checkpoint_every
+            run.checkpoint, "train_sgd", fp_settings, fp_inputs, run.checkpoint_every
         )
     data_key = jax.random.fold_in(jax.random.key(int(seed)), 0x5EED)
     sample_key, step_key = jax.random.split(data_key)
     opt_state = opt.init(params0)  # pyright: ignore[reportArgumentType]
     if optimizer is None:
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jdtype)  # pyright: ignore[reportAttributeAccessIssue]
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(sgd.lr, jdtype)  # pyright: ignore[reportAttributeAccessIssue]
     return _Setup(
         problem=problem,
         problem_dt=problem_dt,
         params0=params0,
         steps=steps,
         settings=settings,
+        sgd=sgd,
+        saveat=saveat,
+        run=run,
         optimizer=opt,
         opt_state=opt_state,
         step_key=step_key,
         sample_key=sample_key,
         ckpt=ckpt,
-        chunk=chunk,
+        chunk=run.chunk_steps or CHUNK,
         start_time=start_time,
     )
 
@@ -309,22 +236,25 @@ def _result(
             train = np.append(train, total / count)
             steps = np.append(steps, int(state.step))
     pop_loss, grad_norm = population_observables(setup.problem_dt, saved)
-    ok = not bool(state.failed) and not interrupted_
-    message = _failure(state, s["lr"]) if bool(state.failed) else ""
+    code, detail = RESULTS.successful, ""
+    if bool(state.failed):
+        code, detail = RESULTS.nonfinite, _failure(state, s.lr)
+    elif interrupted_:
+        code = RESULTS.interrupted
     wall = time.perf_counter() - setup.start_time
     ckpt = setup.ckpt
-    stats = {
-        "num_steps": int(state.step),
-        "steps_run": int(steps_run),
-        "resumed_from_step": resumed,
-        "wall_time": wall,
-        "steps_per_second": steps_run / wall if wall > 0 else float("nan"),
-        "checkpoint": None if ckpt is None else str(ckpt.path),
-        "checkpoint_writes": 0 if ckpt is None else ckpt.num_writes,
-    }
+    stats = SGDStats(
+        num_steps=int(state.step),
+        steps_run=int(steps_run),
+        resumed_from_step=resumed,
+        wall_time=wall,
+        steps_per_second=steps_run / wall if wall > 0 else float("nan"),
+        checkpoint=None if ckpt is None else str(ckpt.path),
+        checkpoint_writes=0 if ckpt is None else ckpt.num_writes,
+    )
     # (pyright reads the base's abstract `loss` as a field; it is a property)
     run = SGDRun(  # pyright: ignore[reportCallIssue]
-        ts=steps.astype(np.float64) * s["lr"],
+        ts=steps.astype(np.float64) * s.lr,
         steps=steps,
         population_loss=np.asarray(pop_loss, dtype=np.float64),
         grad_norm=np.asarray(grad_norm, dtype=np.float64),
@@ -333,16 +263,17 @@ def _result(
         problem=setup.problem,
         settings=s,
         stats=stats,
-        ok=ok,
-        message=message,
+        result=code,
+        detail=detail,
     )
-    if len(run) < 3:
+    if len(run) < 3 or not setup.saveat.stages:
         return run
-    analysis = setup.problem.analyse(
+    analysis = analyse(
+        setup.problem,
         run.ts,
         run.params,
         run.population_loss,
-        thresholds=StageThresholds(),
+        thresholds=setup.saveat.thresholds,
         loss_scale=_scale(setup.problem_dt, run.population_loss[0]),
     )
     extras = {
@@ -356,13 +287,13 @@ def _result(
 
 
 def _scale(problem: Problem, first_loss: float) -> float:
-    scale = problem.loss_scale()
+    scale = problem_loss_scale(problem)
     if scale is None:
         return abs(first_loss) if first_loss != 0 else 1.0
     return float(scale)
 
 
-def _train(setup: _Setup, progress: bool) -> SGDRun:
+def _train(setup: _Setup) -> SGDRun:
     """Runs (or resumes, or returns a finished checkpoint's) training."""
     s, ckpt = setup.settings, setup.ckpt
     resumed, source = None, None
@@ -371,22 +302,20 @@ def _train(setup: _Setup, progress: bool) -> SGDRun:
         state = jax.tree.map(jnp.asarray, ckpt.restore("state", like))
         resumed = int(state.step)
     else:
-        source = _source(setup, s["num_sequences"])
-        first = _first_batch_loss(
-            source, setup.params0, setup.step_key, s["batch_size"]
-        )
+        source = _source(setup, s.num_sequences)
+        first = _first_batch_loss(source, setup.params0, setup.step_key, s.batch_size)
         state = init_sgd_state(setup.params0, setup.opt_state, setup.steps.size, first)
     if source is None:
         # the data are drawn only for a run that has steps to take (a
         # finished checkpoint returns its result at once)
         running = int(state.num_saved) < setup.steps.size and not bool(state.failed)
-        source = _source(setup, s["num_sequences"]) if running else setup.problem_dt
+        source = _source(setup, s.num_sequences) if running else setup.problem_dt
     job = SGDJob(
         setup.steps,
         setup.step_key,
         source=source,
         optimizer=setup.optimizer,
-        batch_size=s["batch_size"],
+        batch_size=s.batch_size,
         chunk=setup.chunk,
     )
     start = int(state.step)
@@ -396,7 +325,7 @@ def _train(setup: _Setup, progress: bool) -> SGDRun:
         total=float(setup.steps[-1]),
         start=float(start),
         description="gradflow sgd",
-        progress=progress,
+        progress=setup.run.progress,
         checkpoint=ckpt,
     )
     state = driven.state
@@ -410,34 +339,25 @@ def _train(setup: _Setup, progress: bool) -> SGDRun:
     if driven.interrupted:
         what = (
             f"gradflow.train_sgd: interrupted at step {int(state.step)} of "
-            f"{int(setup.steps[-1])} (t = {int(state.step) * s['lr']:.6g})"
+            f"{int(setup.steps[-1])} (t = {int(state.step) * s.lr:.6g})"
         )
         message = interrupted_message(what, ckpt)
-        run = eqx.tree_at(lambda r: r.message, run, message)
+        run = eqx.tree_at(lambda r: r.detail, run, message)
         raise interrupted(message, run, ckpt)
     return run
 
 
 def train_sgd(
-    source: MarkovChain | TokenStream | Problem,
+    problem: Any,
     params: Any = None,
     *,
     init_scale: float | None = None,
-    width: int | None = None,
     seed: int = 0,
-    context: int | None = None,
-    batch_size: int = 512,
-    lr: float = 0.2,
     t1: float = 300.0,
-    num_sequences: int | None = None,
-    optimizer: optax.GradientTransformation | None = None,
-    ts=None,
-    progress: bool = True,
-    dtype: str = "float64",
-    checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: float = DEFAULT_EVERY,
-    model=None,
-    chunk_steps: int | None = None,
+    sgd: SGD | None = None,
+    saveat: SaveAt | None = None,
+    run: Run | None = None,
+    **problem_options,
 ) -> SGDRun:
     r"""Trains a model with Optax on finite samples and logs it on the flow's
     time axis.
@@ -449,95 +369,63 @@ def train_sgd(
 
     **Arguments:**
 
-    - `source`: a [`gradflow.MarkovChain`][] (the paper's finite-context model
-      of SPEC section 2 on sequences of `context + 1` tokens, $x_1 \sim \pi$,
-      then $P$), a [`gradflow.text.TokenStream`][] (windows of real text; the
-      population loss is that of its bigram chain), or any
-      [`gradflow.Problem`][] that defines `sample` and `sample_loss` (its own
-      examples and the loss of a batch).
-    - `params`: parameters to start from; or `init_scale` (and for a chain or
-      a text `width`, `model`) for the problem's random start. Give exactly
-      one.
+    - `problem`: a [`gradflow.SampledProblem`][] (it draws its own examples
+      and gives the loss of a batch); or anything [`gradflow.as_problem`][]
+      turns into one with `problem_options`: a [`gradflow.MarkovChain`][]
+      (the paper's finite-context model on sequences of `context + 1`
+      tokens, $x_1 \sim \pi$, then $P$) or a [`gradflow.text.TokenStream`][]
+      (windows of real text; the population loss is that of its bigram
+      chain), with `width`, `model` and `context` (default 256).
+    - `params`: parameters to start from; or `init_scale` for the problem's
+      random start. Give exactly one.
     - `seed`: seeds the initialisation (the same start as a flow's) and the
       data.
-    - `context`: $s$, tokens seen by the attention (chains and texts, default
-      256); `batch_size`: examples per step; `lr`: learning rate (and the time
-      unit); `t1`: final time.
-    - `num_sequences`: `None` draws fresh examples every step (online SGD); an
-      integer $N$ fixes a dataset of $N$ examples (sequences, windows) reused
-      by every step, each batch drawn without replacement ($N \ge$
-      `batch_size`).
-    - `optimizer`: any Optax transformation; default `optax.sgd(lr)`. Time is
-      still `lr * step`.
-    - `ts`: save times in `[0, t1]`, rounded to whole steps; default the flow's
-      log grid.
-    - `progress`: a progress bar (shown after 2 s); `dtype`: `"float64"` or
-      `"float32"`.
-    - `checkpoint`: a file path (`.npz`) or `None`. The state of the run
-      (step, parameters, optimizer state, saves so far) is written there
-      atomically every `checkpoint_every` seconds of wall time, when the run
-      ends (finished or failed) and when it is interrupted. If the file exists,
-      the run resumes from it and ends at the same result, bit for bit, as an
-      uninterrupted run; a finished checkpoint returns its result without
-      taking a step. A checkpoint written by a different call (other
-      settings, problem, text, start, save times or optimizer) is refused.
-    - `checkpoint_every`: seconds between periodic checkpoint writes (default
-      120; `0` writes after every chunk of steps).
-    - `model`: a [`gradflow.Model`][] for the random start of the paper's model
-      (default: the minimal one); given `params` carry their model, and a
-      `model` given with them must match.
-    - `chunk_steps`: steps per compiled chunk (how often the host looks in);
-      results do not depend on it.
+    - `t1`: final time.
+    - `sgd`: a [`gradflow.SGD`][]: learning rate, batch size, optimizer,
+      dataset size, dtype.
+    - `saveat`: a [`gradflow.SaveAt`][]: save times in `[0, t1]` (rounded to
+      whole steps; default the flow's log grid), stages of the saved iterates
+      and their thresholds.
+    - `run`: a [`gradflow.Run`][]: the progress bar, a checkpoint (the state
+      of the run is written there atomically every `checkpoint_every`
+      seconds, when the run ends and when it is interrupted; an existing file
+      is resumed from, to the same result bit for bit; a checkpoint of a
+      different call is refused), the chunk size.
 
-    **Returns:** a [`gradflow.SGDRun`][] with the stages of its saved iterates
-    (the problem's `analyse`). If the loss becomes non-finite the run stops:
-    `ok` is `False` and `message` says where and what to change.
-    `stats["resumed_from_step"]` is the step a checkpoint resumed from (`None`
-    for a fresh run) and `stats["steps_run"]` the steps taken by this call.
+    **Returns:** a [`gradflow.SGDRun`][] with the stages of its saved iterates.
+    If the loss becomes non-finite the run stops: its `result` is
+    `RESULTS.nonfinite` and `message` says where and what to change.
+    `stats.resumed_from_step` is the step a checkpoint resumed from (`None`
+    for a fresh run) and `stats.steps_run` the steps taken by this call.
 
     **Raises:**
 
-    - `ValueError`/`TypeError` naming the argument and its value (`lr <= 0`,
-      `context < 1`, `batch_size < 1`, a corpus shorter than `context + 1`,
-      `checkpoint` a folder, ...), before anything is compiled;
-    - `ValueError` naming the file if `checkpoint` is unreadable, was written
+    - `ValueError`/`TypeError` naming the argument and its value (a problem
+      that does not sample, `t1` shorter than one step, a corpus shorter than
+      `context + 1`, ...), before anything is compiled;
+    - `ValueError` naming the file if the checkpoint is unreadable, was written
       by another call (listing each differing setting with both values, or the
       differing input) or by a flow, also before compiling;
     - [`gradflow.Interrupted`][] (a `KeyboardInterrupt`) on Ctrl-C: the run
       stops after the current chunk of steps, writes its checkpoint and
-      carries the partial run (`ok=False`) in `.result`. A second Ctrl-C
-      aborts at once with a plain `KeyboardInterrupt`.
+      carries the partial run in `.result`. A second Ctrl-C aborts at once
+      with a plain `KeyboardInterrupt`.
 
     **Example:**
 
     ```python
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     p0 = gf.init_params(chain.d, width=8, init_scale=1e-3)
-    run = gf.train_sgd(chain, p0, context=256, batch_size=512, lr=0.2, t1=300)
-    traj = gf.integrate(chain, params=p0, t1=300, ts=run.ts)
+    run = gf.train_sgd(chain, p0, t1=300, sgd=gf.SGD(lr=0.2, batch_size=512))
+    traj = gf.integrate(chain, params=p0, t1=300, saveat=gf.SaveAt(ts=run.ts))
     gf.compare(traj, run).loss_gap
     ```
     """
     setup = _prepare(
-        source,
-        params,
-        init_scale=init_scale,
-        width=width,
-        seed=seed,
-        context=context,
-        batch_size=batch_size,
-        lr=lr,
-        t1=t1,
-        num_sequences=num_sequences,
-        optimizer=optimizer,
-        ts=ts,
-        dtype=dtype,
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        model=model,
-        chunk_steps=chunk_steps,
-    )
-    return _train(setup, progress)
+        problem, params, init_scale=init_scale, seed=seed, t1=t1, sgd=sgd,
+        saveat=saveat, run=run, options=problem_options,
+    )  # fmt: skip
+    return _train(setup)
 
 
 __all__ = ["population_observables", "sgd_save_steps", "train_sgd"]

@@ -1,4 +1,4 @@
-"""Real text for gradflow: read local corpora (streamed, in bounded memory),
+r"""Real text for gradflow: read local corpora (streamed, in bounded memory),
 tokenise them (words, characters, or byte-level BPE trained on the corpus),
 build bigram chains.
 
@@ -11,21 +11,24 @@ run = gf.train_sgd(stream, init_scale=1e-3, context=256, batch_size=512, lr=0.2)
 ```
 """
 
-from ._bigram import TokenStream as TokenStream, bigram_counts as bigram_counts
-from ._bpe import train_bpe as train_bpe
-from ._checks import LEVELS as LEVELS, TAILS as TAILS
-from ._corpus import (
+from ..markov.text import (
     BUILTIN as BUILTIN,
+    LEVELS as LEVELS,
     OTHER as OTHER,
+    TAILS as TAILS,
     Corpus as Corpus,
+    TokenStream as TokenStream,
+    bigram_counts as bigram_counts,
     builtin_text as builtin_text,
     corpus_from_string as corpus_from_string,
+    encode as encode,
+    from_text as from_text,
     load as load,
     read_text as read_text,
+    resolve_path as resolve_path,
+    tokenize as tokenize,
+    train_bpe as train_bpe,
 )
-from ._encode import encode as encode, from_text as from_text
-from ._read import resolve_path as resolve_path
-from ._units import tokenize as tokenize
 
 
 __all__ = [

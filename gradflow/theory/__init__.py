@@ -1,29 +1,58 @@
-r"""Stage-wise linearisation: critical points of the population loss, their
-unstable modes, and the theory's predictions checked against a trajectory.
+r"""Stage-wise linearisation of any problem: critical points of the population
+loss, their unstable modes, and the theory's predictions checked against a
+trajectory (`docs/theory.md`).
 
-Notation of SPEC section 3: $u = \pi - \mathbf 1/d$, $\hat p = \pi/|\pi|$,
-$\hat u = u/|u|$. The derivations are in `docs/theory.md`; in short:
+For every problem: [`linearize`][gradflow.theory.linearize] (the spectrum of
+$-\nabla^2 L$ at a point, dense or Lanczos),
+[`critical_points`][gradflow.theory.critical_points] (the critical points
+the plateaus of a trajectory shadow, refined and classified),
+[`theory_report`][gradflow.theory.theory_report] (each saddle's predicted
+escape rate against the measured one) and continuation along a family of
+problems. A problem's package adds its closed forms through the extension
+points [`report_rows`][gradflow.theory.report_rows] and
+[`gauge_rank`][gradflow.theory.gauge_rank].
 
-- **Origin.** $-\nabla^2 L(0)$ couples $x = W_0\hat p$ and $y = W_1^\top\hat u$
-  only: $\dot x = \sigma y$, $\dot y = \sigma x$ with
-  $\sigma = |\pi - \mathbf 1/d|\,|\pi|$ (eigenvalues $\pm\sigma$, each $m$
-  times; every other eigenvalue is zero).
-- **Unigram point** $W_0 = a\,v\hat p^\top$, $W_1 = w v^\top$, $W_Q = W_K = 0$,
-  $a\,|\pi|\,w = \log\pi - \overline{\log\pi}$: the attention block decouples
-  and is a bilinear form with unstable rate
-  $\lambda = a^2|\gamma|$, $\gamma = \kappa\,(\sum_l\pi_l^3 - |\pi|^4)/|\pi|^4$,
-  $\kappa = \sum_i \pi_i^2 \rho_i$, $\rho_i = (\pi - P_{i\cdot})\cdot\log\pi$;
-  attention focuses on $\arg\max\pi$ when $\kappa < 0$ and on $\arg\min\pi$
-  when $\kappa > 0$.
+The closed forms of the built-in problems are here too:
 
-The work lives in one private module per concept: `_linearize` (flat views of
-the loss, Hessian, Lanczos, `linearize`), `_critical` (plateaus, refinement,
-`critical_points`), `_continuation` (continuation in a chain parameter),
-`_predictions` (closed forms), `_problems` (the closed forms of the literature
-for the deep linear network and the soft committee machine) and `_report`
-(`theory_report`).
+- the paper's model (notation $u = \pi - \mathbf 1/d$): at the **origin**
+  $-\nabla^2 L(0)$ couples $x = W_0\hat p$ and $y = W_1^\top\hat u$ only,
+  with eigenvalues $\pm\sigma$, $\sigma = |\pi - \mathbf 1/d|\,|\pi|$; at
+  the **unigram point** the attention block decouples, with unstable rate
+  $\lambda = a^2|\gamma|$ (`origin_rate`, `unigram_point`,
+  `focus_prediction`, ...);
+- the deep linear network (Saxe et al. 2014: `saxe_mode_strength`,
+  `deep_linear_saddle`, ...) and the soft committee machine (Saad and Solla
+  1995: `committee_plateau`, ...).
 """
 
+# The generic theory first: the problems' modules below build on it.
+# The closed forms of the built-in problems (re-exported at their public path).
+from ..markov.geometry import (  # noqa: E402
+    param_shapes as param_shapes,
+    unflatten_params as unflatten_params,
+)
+from ..markov.predictions import (  # noqa: E402
+    focus_prediction as focus_prediction,
+    mode_focus_token as mode_focus_token,
+    origin_escape_offset as origin_escape_offset,
+    origin_rate as origin_rate,
+    unigram_point as unigram_point,
+    unstable_amplitude as unstable_amplitude,
+)
+from ..markov.report import origin_point as origin_point  # noqa: E402
+from ..problems._committee.theory import (  # noqa: E402
+    CommitteePlateau as CommitteePlateau,
+    committee_plateau as committee_plateau,
+    doubly_centred as doubly_centred,
+    isotropic_norm as isotropic_norm,
+)
+from ..problems._deep_linear.theory import (  # noqa: E402
+    balanced_start as balanced_start,
+    deep_linear_saddle as deep_linear_saddle,
+    deep_linear_saddle_rate as deep_linear_saddle_rate,
+    saxe_learning_time as saxe_learning_time,
+    saxe_mode_strength as saxe_mode_strength,
+)
 from ._continuation import (
     continue_critical_point as continue_critical_point,
     eigen_clusters as eigen_clusters,
@@ -40,33 +69,19 @@ from ._critical import (
 from ._linearize import (
     Linearization as Linearization,
     flatten_params as flatten_params,
+    gauge_rank as gauge_rank,
     lanczos as lanczos,
     linearize as linearize,
-    param_shapes as param_shapes,
-    unflatten_params as unflatten_params,
-)
-from ._predictions import (
-    focus_prediction as focus_prediction,
-    mode_focus_token as mode_focus_token,
-    origin_escape_offset as origin_escape_offset,
-    origin_rate as origin_rate,
-    unigram_point as unigram_point,
-    unstable_amplitude as unstable_amplitude,
-)
-from ._problems import (
-    CommitteePlateau as CommitteePlateau,
-    balanced_start as balanced_start,
-    committee_plateau as committee_plateau,
-    deep_linear_saddle as deep_linear_saddle,
-    deep_linear_saddle_rate as deep_linear_saddle_rate,
-    doubly_centred as doubly_centred,
-    saxe_learning_time as saxe_learning_time,
-    saxe_mode_strength as saxe_mode_strength,
+    unflatten_like as unflatten_like,
 )
 from ._report import (
+    fit_rate as fit_rate,
     flank_rate as flank_rate,
     format_report as format_report,
-    origin_point as origin_point,
+    loss_crossing as loss_crossing,
+    report_row as report_row,
+    report_rows as report_rows,
+    saddle_rows as saddle_rows,
     theory_report as theory_report,
 )
 
@@ -84,12 +99,16 @@ __all__ = [
     "deep_linear_saddle_rate",
     "doubly_centred",
     "eigen_clusters",
+    "fit_rate",
     "flank_rate",
     "flatten_params",
     "focus_prediction",
     "format_report",
+    "gauge_rank",
+    "isotropic_norm",
     "lanczos",
     "linearize",
+    "loss_crossing",
     "mode_focus_token",
     "origin_escape_offset",
     "origin_point",
@@ -97,11 +116,13 @@ __all__ = [
     "param_shapes",
     "plateaus",
     "refine_critical_point",
-    "saxe_learning_time",
-    "saxe_mode_strength",
+    "report_row",
+    "report_rows",
+    "saddle_rows",
     "subspace_overlap",
     "theory_report",
     "track_cluster",
+    "unflatten_like",
     "unflatten_params",
     "unigram_point",
     "unstable_amplitude",

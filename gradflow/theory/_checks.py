@@ -4,45 +4,27 @@ argument and its value, raised before anything is compiled."""
 import math
 
 import jax.numpy as jnp
-import numpy as np
 
 from .._core.validate import is_number, show
-from .._engine.problem import Problem
-from .._engine.result import Trajectory
-from ..problems._markov.chain import MarkovChain
-from ..problems._markov.model import Params, model_of as params_model
-from ..problems._markov.problem import MarkovAttention
-from ..problems._markov.variants import VariantParams
-
-
-def check_chain(chain) -> MarkovChain:
-    if not isinstance(chain, MarkovChain):
-        raise TypeError(
-            f"chain must be a gradflow.MarkovChain, got {type(chain).__name__}"
-        )
-    return chain
+from .._problem.adapt import as_problem as _adapt
+from .._problem.base import Problem
+from .._problem.functions import check_start
+from .._result.trajectory import Trajectory
 
 
 def as_problem(problem, params=None) -> Problem:
-    """A `gf.Problem` as it is; a chain as the paper's model on it, of the
-    width and model of `params` (when they are a point of it)."""
-    if isinstance(problem, Problem):
-        return problem
-    if not isinstance(problem, MarkovChain):
-        raise TypeError(
-            "problem must be a gradflow.Problem or a gradflow.MarkovChain, got "
-            f"{type(problem).__name__}"
-        )
-    width, model = 16, None
-    if isinstance(params, (Params, VariantParams)) and np.ndim(params.W0) >= 2:
-        width, model = max(1, int(np.shape(params.W0)[-2])), params_model(params)
-    return MarkovAttention(problem, width, model, save_attention=False)
+    """A `gf.Problem` as it is; anything else through
+    [`gradflow.as_problem`][] (a chain: the paper's model on it, of the width
+    and variant of `params`), with a one-line error naming the argument."""
+    try:
+        return _adapt(problem, params=params)
+    except TypeError as e:
+        raise TypeError(f"problem: {e}") from None
 
 
 def check_point(params, problem: Problem):
-    """One point of the problem (no time axis, finite), in float64: the
-    problem's own check (`Problem.check_params`)."""
-    return problem.check_params(params, jnp.float64)
+    """One point of the problem (no time axis, finite), in float64."""
+    return check_start(problem, params, jnp.float64)
 
 
 def check_trajectory(traj) -> Trajectory:
@@ -74,7 +56,6 @@ def check_rel_tol(tol) -> float:
 
 __all__ = [
     "as_problem",
-    "check_chain",
     "check_method",
     "check_point",
     "check_rel_tol",

@@ -1,20 +1,20 @@
 """Natural-parameter continuation of a critical point along a family of
-chains, tracking its unstable eigenspace by overlap."""
+problems (e.g. chains of the paper's model with a growing asymmetry),
+tracking its unstable eigenspace by overlap."""
 
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from jaxtyping import PyTree
 
 from .._core.threads import with_limited_blas_threads
-from ..problems._markov.chain import MarkovChain
-from ..problems._markov.model import Params
 from ._critical import refine_critical_point
 from ._linearize import flatten_params, linearize
 
 
 # ---------------------------------------------------------------------------
-# Continuation in a chain parameter, with mode tracking
+# Continuation in a problem parameter, with mode tracking
 # ---------------------------------------------------------------------------
 
 
@@ -92,20 +92,23 @@ def track_cluster(
 
 @with_limited_blas_threads
 def continue_critical_point(
-    chains: Sequence[MarkovChain], params: Params, *, rel: float = 1e-2
+    problems: Sequence[Any], params: PyTree, *, rel: float = 1e-2
 ) -> list[dict[str, Any]]:
     r"""Natural-parameter continuation of a critical point along a family of
-    chains, tracking its top unstable mode by eigenspace overlap.
+    problems, tracking its top unstable mode by eigenspace overlap.
 
-    The point is refined for `chains[0]` from `params`, then for each next
-    chain from the previous refined point
+    `problems` are problems of one structure (or anything
+    [`gradflow.as_problem`][] takes: chains of the paper's model, whose width
+    and variant are read from `params`). The point is refined for
+    `problems[0]` from `params`, then for each next problem from the previous
+    refined point
     ([`refine_critical_point`][gradflow.theory.refine_critical_point]). The
     tracked mode starts as the top eigenvalue cluster of $-\nabla^2 L$ at the
-    first chain; at each next chain it is the leading cluster whose eigenspace
+    first problem; at each next problem it is the leading cluster whose eigenspace
     overlaps most with the previous tracked eigenspace
     ([`track_cluster`][gradflow.theory.track_cluster]).
 
-    **Returns:** one record per chain: `params` (the refined point),
+    **Returns:** one record per problem: `params` (the refined point),
     `converged`, `loss`, `grad_norm`, `step` (distance from the previous
     point), `top_rate` (the largest eigenvalue), `tracked_rate`,
     `multiplicity` (size of the tracked cluster), `overlap` (with the previous
@@ -116,16 +119,16 @@ def continue_critical_point(
     first). A `soft_rate` near zero with a large `step` marks a near-degenerate
     point: the critical point moves fast because a stable direction softens.
     """
-    chains = list(chains)
-    if not chains:
-        raise ValueError("chains must hold at least one MarkovChain")
+    problems = list(problems)
+    if not problems:
+        raise ValueError("problems must hold at least one problem, got none")
     point = params
     prev_basis = None
     prev_flat = None
     out = []
-    for chain in chains:
-        point, ok = refine_critical_point(chain, point)
-        lin = linearize(chain, point, method="dense")
+    for problem in problems:
+        point, ok = refine_critical_point(problem, point)
+        lin = linearize(problem, point, method="dense")
         vectors = np.stack(
             [
                 np.asarray(flatten_params(lin.modes[i]))

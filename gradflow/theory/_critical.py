@@ -10,7 +10,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._core.threads import with_limited_blas_threads
-from .._engine.result import Trajectory
+from .._problem.functions import loss_floor, problem_loss_scale
+from .._result.trajectory import Trajectory
 from ._checks import (
     as_problem,
     check_method,
@@ -148,20 +149,21 @@ class CriticalPoint(eqx.Module):
 def classify(lin: Linearization, problem=None) -> str:
     """`"saddle"` if an eigenvalue of $-\\nabla^2 L$ exceeds `lin.tol`;
     `"minimum"` if none does and either the loss equals the problem's floor
-    (`problem.loss_floor()`, for the paper's model the chain's conditional
-    entropy: a global minimum, $L$ never goes below it) or no more
+    (a [`gradflow.BoundedProblem`][]'s `loss_floor()`; for the paper's model
+    the chain's conditional entropy: a global minimum, $L$ never goes below
+    it) or no more
     eigenvalues are zero than the loss's symmetries explain; otherwise
     `"degenerate"` (the Hessian cannot tell: higher orders decide). `problem`
-    may be a chain (the paper's model on it) or `None` (no floor).
+    may be anything [`gradflow.as_problem`][] takes, or `None` (no floor).
 
     Where the symmetries are not counted (`gauge_rank = -1`: Lanczos, or a
-    model variant, whose symmetry group is not derived) a point with no
+    problem whose symmetry group is not derived) a point with no
     unstable eigenvalue above the floor is `"minimum"` in the sense of
     second-order stationary: zero eigenvalues beyond the symmetries cannot be
     told apart there."""
     if lin.num_unstable > 0:
         return "saddle"
-    floor = None if problem is None else as_problem(problem).loss_floor()
+    floor = None if problem is None else loss_floor(as_problem(problem))
     if floor is not None and lin.loss <= floor + 1e-9:
         return "minimum"
     if lin.method == "dense" and lin.gauge_rank >= 0 and lin.num_flat > lin.gauge_rank:
@@ -170,7 +172,7 @@ def classify(lin: Linearization, problem=None) -> str:
 
 
 def _loss_scale(traj: Trajectory) -> float:
-    scale = None if traj.problem is None else traj.problem.loss_scale()
+    scale = None if traj.problem is None else problem_loss_scale(traj.problem)
     return abs(float(traj.loss[0])) if scale is None else float(scale)
 
 
@@ -182,9 +184,9 @@ def plateaus(
     Along the flow $dL/d\log t = -t\,|\nabla L|^2$. A save time is *on a
     plateau* when the loss falls by less than `threshold` of its scale $\ell$
     per e-fold of time: $q(t) = t|\nabla L|^2 / \ell <$ `threshold`, with
-    $\ell$ the problem's loss scale ([`gradflow.Problem.loss_scale`][]; for
-    the paper's model its whole range $\log d - H(P|\pi)$), or where it gives
-    none the loss at the start. Runs of such
+    $\ell$ the problem's loss scale (a [`gradflow.StagedProblem`][]'s
+    `loss_scale()`; for the paper's model its whole range
+    $\log d - H(P|\pi)$), or where it gives none the loss at the start. Runs of such
     times separated by less than `merge` in $\log t$ are merged. Each plateau
     is represented by its save with the least $|\nabla L|$ (the closest
     approach to the critical point it shadows).

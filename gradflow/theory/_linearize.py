@@ -1,17 +1,17 @@
 """The flow linearised at a point of any problem: flat views of the loss,
 its gradient, Hessian and Hessian-vector products, Lanczos, and `linearize`."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jaxtyping import PyTree
 
-from .._core.custom_types import PARAM_NAMES
 from .._core.threads import with_limited_blas_threads
-from .._engine.problem import Problem
-from ..problems._markov.model import AnyParams, Params
-from ..problems._markov.variants import Model, VariantParams
+from .._problem.base import Problem
 from ._checks import as_problem, check_method, check_point, check_rel_tol
 
 
@@ -31,44 +31,21 @@ def flatten_params(params) -> jax.Array:
     return ravel_pytree(params)[0]
 
 
-def param_shapes(m: int, d: int, model: Model | None = None) -> dict[str, tuple]:
-    """`{name: shape}` of one point of `model` (default: the minimal one), in
-    the order of [`flatten_params`][gradflow.theory.flatten_params]."""
-    model = Model() if model is None else model
-    if model.minimal:
-        return dict(zip(PARAM_NAMES, ((m, d), (d, m), (m, m), (m, m)), strict=True))
-    lh = (model.layers, model.heads)
-    shapes = {"W0": (m, d), "W1": (d, m), "WQ": (*lh, m, m), "WK": (*lh, m, m)}
-    if model.value:
-        shapes["WV"] = (*lh, m, m)
-    if model.norm is not None:
-        shapes["gain"] = (m,)
-    if model.norm == "layer":
-        shapes["bias"] = (m,)
-    return shapes
-
-
-def unflatten_params(
-    x: jax.Array, m: int, d: int, model: Model | None = None
-) -> AnyParams:
-    """The inverse of `flatten_params` for the paper's model of width `m` on
-    `d` tokens (`model`: a [`gradflow.Model`][]; default the minimal one)."""
-    shapes = param_shapes(m, d, model)
-    parts, start = {}, 0
-    for name, shape in shapes.items():
-        size = int(np.prod(shape))
-        parts[name] = jnp.reshape(x[start : start + size], shape)
-        start += size
-    if model is None or model.minimal:
-        return Params(*parts.values())
-    return VariantParams(**parts, model=model)
+def unflatten_like(x: jax.Array, like: PyTree) -> PyTree:
+    """The inverse of [`flatten_params`][gradflow.theory.flatten_params]: the
+    vector `x` as a point of the structure and shapes of `like` (a point, or
+    its `jax.eval_shape`)."""
+    return _unravel(shape_of(like))(x)
 
 
 def shape_of(params):
     """The shapes and dtypes of a point (a static description: one compilation
     of the flat functions per problem and shape)."""
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)), params
+        lambda x: jax.ShapeDtypeStruct(
+            np.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
+        ),
+        params,
     )
 
 
@@ -120,50 +97,16 @@ def _block_weights(vectors: np.ndarray, params) -> np.ndarray:
     )
 
 
-def _gauge_rank(params: AnyParams) -> int:
-    r"""Dimension of the orbit of the loss's continuous symmetries at `params`
-    (-1 for a variant: its symmetry group is not derived, see
-    `docs/variants.md`).
-
-    $L$ is invariant under $W_0 \to GW_0$, $(W_1, W_Q, W_K) \to (W_1, W_Q,
-    W_K)G^{-1}$ and under $(W_Q, W_K) \to (MW_Q, M^{-\top}W_K)$; each tangent
-    direction of these orbits is a zero eigenvalue of the Hessian at a
-    critical point. Zero eigenvalues beyond this count are real degeneracy.
-    """
-    if not isinstance(params, Params):
-        return -1
-    W0, W1, WQ, WK = (np.asarray(getattr(params, n)) for n in PARAM_NAMES)
-    m = W0.shape[0]
-    tangents = []
-    for a in range(m):
-        for b in range(m):
-            X = np.zeros((m, m))
-            X[a, b] = 1.0
-            tangents.append(
-                np.concatenate(
-                    [
-                        (X @ W0).ravel(),
-                        (-W1 @ X).ravel(),
-                        (-WQ @ X).ravel(),
-                        (-WK @ X).ravel(),
-                    ]
-                )
-            )
-            tangents.append(
-                np.concatenate(
-                    [
-                        np.zeros(W0.size),
-                        np.zeros(W1.size),
-                        (X @ WQ).ravel(),
-                        (-X.T @ WK).ravel(),
-                    ]
-                )
-            )
-    T = np.stack(tangents)
-    s = np.linalg.svd(T, compute_uv=False)
-    if s.size == 0 or s[0] == 0:
-        return 0
-    return int(np.sum(s > 1e-9 * s[0]))
+@functools.singledispatch
+def gauge_rank(problem, params) -> int:
+    """The dimension of the orbit of the loss's continuous symmetries at
+    `params`: each tangent direction of the orbit is a zero eigenvalue of the
+    Hessian at a critical point, and zero eigenvalues beyond this count are
+    real degeneracy. `-1` (the default) where the symmetries are not derived;
+    a problem's package registers its own (`gauge_rank.register(cls)`; the
+    paper's model: `docs/theory.md`)."""
+    del problem, params
+    return -1
 
 
 # ---------------------------------------------------------------------------
@@ -230,29 +173,30 @@ class Linearization(eqx.Module):
     - `eigenvalues`: eigenvalues of the flow's Jacobian $-\nabla^2 L$, in
       descending order (all of them for `method="dense"`, the `num_modes`
       largest for `"lanczos"`). A positive one is a growth rate.
-    - `modes`: the unit eigenvectors as a [`gradflow.Params`][] (a variant's
-      [`gradflow.VariantParams`][]) with a leading axis (one mode per
-      eigenvalue).
+    - `modes`: the unit eigenvectors as points of the problem's structure
+      with a leading axis (one mode per eigenvalue).
     - `block_weights`: shape `(k, len(blocks))`, the share of each mode's
       squared norm in each parameter of `blocks` (rows sum to 1).
-    - `blocks`: the parameter names of the columns of `block_weights`:
-      `("W0", "W1", "WQ", "WK")`, then a variant's `WV`, `gain`, `bias`.
+    - `blocks`: the parameter names of the columns of `block_weights` (the
+      leaves' paths: `W0`, `W1`, `WQ`, `WK` for the paper's model, `[0]`, ...
+      for a tuple).
     - `loss`, `grad_norm`: $L$ and $|\nabla L|$ at the point.
     - `method`: `"dense"` or `"lanczos"`; `tol`: the absolute tolerance below
       which an eigenvalue counts as zero; `gauge_rank`: the number of zero
-      eigenvalues that the loss's symmetries explain (dense and minimal
-      model only, else -1).
+      eigenvalues that the loss's symmetries explain (dense only, and where
+      the problem's package derived them: [`gradflow.theory.gauge_rank`][];
+      else -1).
     """
 
     eigenvalues: np.ndarray
-    modes: AnyParams
+    modes: PyTree
     block_weights: np.ndarray
     loss: float
     grad_norm: float
     method: str = eqx.field(static=True)
     tol: float
     gauge_rank: int
-    blocks: tuple[str, ...] = eqx.field(static=True, default=PARAM_NAMES)
+    blocks: tuple[str, ...] = eqx.field(static=True, default=())
 
     @property
     def unstable_rate(self) -> float:
@@ -274,7 +218,7 @@ class Linearization(eqx.Module):
         return jax.tree.map(lambda x: x[i], self.modes)
 
     @property
-    def unstable_modes(self) -> AnyParams:
+    def unstable_modes(self) -> PyTree:
         """The modes with eigenvalue above `tol` (leading axis)."""
         return jax.tree.map(lambda x: x[: self.num_unstable], self.modes)
 
@@ -308,11 +252,11 @@ def linearize(
 
     **Arguments:**
 
-    - `problem`: a [`gradflow.Problem`][], or a [`gradflow.MarkovChain`][]
-      for the paper's model on it.
+    - `problem`: a [`gradflow.Problem`][], or anything
+      [`gradflow.as_problem`][] makes one of (a [`gradflow.MarkovChain`][]:
+      the paper's model on it, of the width and variant of `params`).
     - `params`: the point (one point, no time axis), of the problem's
-      structure (for a chain a [`gradflow.Params`][] or any variant's
-      [`gradflow.VariantParams`][]; `gauge_rank` is -1 for a variant).
+      structure.
     - `method`: `"dense"` (`jax.hessian` and `eigh`), `"lanczos"` (matrix-free
       Lanczos on Hessian-vector products, `jax.jvp` of `jax.grad`), or
       `"auto"`: dense when the number of parameters is at most `max_dense`.
@@ -362,7 +306,7 @@ def linearize(
         values, vectors = np.linalg.eigh(-H)
         order = np.argsort(values)[::-1]
         values, vectors = values[order], vectors[:, order].T
-        gauge = _gauge_rank(params)
+        gauge = gauge_rank(problem, params)
     else:
 
         def matvec(v):
@@ -394,10 +338,10 @@ __all__ = [
     "flat_hessian",
     "flat_hvp",
     "flatten_params",
+    "gauge_rank",
     "lanczos",
-    "linearize",
     "leaf_names",
-    "param_shapes",
+    "linearize",
     "shape_of",
-    "unflatten_params",
+    "unflatten_like",
 ]

@@ -1,1 +1,0 @@
-"""The engine: any population loss (a `gf.Problem`) solved as a gradient flow, swept, checkpointed, saved. It imports no problem."""

@@ -1,0 +1,111 @@
+r"""Observers: what a solve watches while it runs.
+
+A solve of the flow always saves the same things at every save time (loss,
+$|\nabla L|$, parameters: see [`save_point`][]); an [`Observer`][] adds the
+conditions located *during* the solve (a vector of values whose zero
+crossings are events, see `watch.py`): with `stages=True` the saddle escape
+and entry (`docs/stages.md`) (the speed $s = t |\nabla L|^2 / \ell$,
+$\ell$ the problem's loss scale, rising through `escape_speed`, falling
+through `entry_speed`, with hysteresis), then the user's
+[`gradflow.Event`][]s. What is made of the saves after the solve (the
+stages) is the problem's `analyse`.
+
+The bare observer (`stages=False`, no events) watches nothing: the solve then
+runs the unwrapped solver.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._core.records import SADDLE_EVENTS
+from .._problem.base import Problem
+from .._problem.functions import problem_loss_scale
+from .._stages import StageThresholds
+from .events import Event
+from .watch import UP, direction_code
+
+
+def save_point(t, y, problem: Problem) -> dict:
+    """What every solve of the flow saves at each save time."""
+    loss, grad = jax.value_and_grad(problem.loss)(y)
+    grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
+    return {"loss": loss, "grad_norm": grad_norm, "params": y}
+
+
+def saddle_speed(t, y, problem: Problem, scale, field=None):
+    r"""$s = t |\nabla L|^2 / \ell$: the loss's fall per unit of $\log t$,
+    relative to its scale $\ell$ (small on a plateau). `field`: the flow's
+    vector field $-\nabla L$ at `y` if already computed."""
+    grad = jax.grad(problem.loss)(y) if field is None else field
+    grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
+    return t * grad_sq / scale
+
+
+class Observer(eqx.Module):
+    r"""What a solve of the flow watches (see the module docstring).
+
+    **Arguments:**
+
+    - `stages`: watch the saddles during the solve and find the stages after.
+    - `thresholds`: a [`gradflow.StageThresholds`][].
+    - `events`: user [`gradflow.Event`][]s.
+    - `scale`: the loss scale $\ell$ where the problem gives none
+      (a problem that is not a [`gradflow.StagedProblem`][], or whose
+      `loss_scale()` is `None`): the loss at the start (data, so a
+      sweep's members each carry their own).
+    """
+
+    stages: bool = eqx.field(static=True)
+    thresholds: StageThresholds = eqx.field(static=True)
+    events: tuple[Event, ...] = eqx.field(static=True, default=())
+    scale: Float[Array, ""] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        builtin = SADDLE_EVENTS if self.stages else ()
+        return builtin + tuple(e.name for e in self.events)
+
+    @property
+    def directions(self) -> tuple[int, ...]:
+        builtin = (UP, UP) if self.stages else ()
+        return builtin + tuple(direction_code(e.direction) for e in self.events)
+
+    @property
+    def rearm_by(self) -> tuple[int, ...]:
+        # Escape and entry re-arm each other: a saddle is left once before it
+        # is entered again (hysteresis, entry_speed < escape_speed).
+        builtin = (1, 0) if self.stages else ()
+        return builtin + (-1,) * len(self.events)
+
+    @property
+    def armed0(self) -> tuple[bool, ...]:
+        # A flow starts on the plateau at the origin: in a saddle.
+        builtin = (True, False) if self.stages else ()
+        return builtin + (True,) * len(self.events)
+
+    @property
+    def watches(self) -> bool:
+        return bool(self.names)
+
+    @property
+    def uses_field(self) -> bool:
+        """The saddle speed is built on the gradient: take the solver's."""
+        return self.stages
+
+    def __call__(self, t, y, problem: Problem, field=None):
+        values = []
+        if self.stages:
+            scale = problem_loss_scale(problem)
+            s = saddle_speed(
+                t, y, problem, self.scale if scale is None else scale, field
+            )
+            th = self.thresholds
+            values += [s - th.escape_speed, th.entry_speed - s]
+        values += [jnp.asarray(e.cond_fn(t, y, problem)) for e in self.events]
+        dtype = jnp.result_type(*values)
+        return jnp.stack([jnp.asarray(v, dtype).reshape(()) for v in values])
+
+
+__all__ = ["Observer", "SADDLE_EVENTS", "saddle_speed", "save_point"]

@@ -1,0 +1,417 @@
+r"""`gradflow.flow`: the gradient flow $\dot\theta = -\nabla L(\theta)$ of any
+[`gradflow.Problem`][], solved with Diffrax.
+
+One solve path: a checked call ([`FlowSetup`][]), what is watched during the
+solve ([`Observer`][]), the compiled chunks driven by the host
+(`loop.LoopJob` on `driver.drive`), and the one place a
+[`gradflow.Trajectory`][] is built from a finished solve ([`build_trajectory`][],
+which the sweep uses for each of its members).
+"""
+
+import dataclasses
+import time
+from typing import cast
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import PyTree
+
+from .._core.records import SADDLE_EVENTS, EventRecord
+from .._event.observe import Observer, save_point
+from .._event.watch import Watch, WatchState
+from .._loop.checkpoint import Checkpointer, pack_tree, problem_inputs
+from .._loop.driver import drive, interrupted, interrupted_message
+from .._loop.loop import (
+    Crossing,
+    LoopJob,
+    LoopState,
+    Spec,
+    chunk_steps_for,
+    init_state,
+    make_controller,
+    padded_save_times,
+)
+from .._options import Run, SaveAt, Solver
+from .._problem.base import Problem
+from .._problem.files import fingerprint
+from .._problem.functions import analyse, problem_loss_scale
+from .._result.codes import RESULTS
+from .._result.info import FlowStats
+from .._result.trajectory import Trajectory
+from .setup import FlowSetup, prepare
+from .solving import (
+    DEFAULT_T1,
+    check_descent,
+    count_grad_evals,
+    count_hvps,
+    failure_message,
+    result_code,
+    w_rank,
+)
+
+
+# The layout of a flow's checkpoints (the loop state written whole); a
+# checkpoint of an older layout is refused, naming this setting.
+CHECKPOINT_LAYOUT = "loop-state-4"
+
+
+class GradientFlow(eqx.Module):
+    r"""The vector field $f(t, \theta; \text{problem}) = -\nabla_\theta L(\theta)$.
+
+    The problem is passed as Diffrax `args` (data, not a closure), so solving a
+    new problem of the same class and shapes reuses the compiled solve.
+    """
+
+    def __call__(self, t, y: PyTree, args: Problem) -> PyTree:
+        del t
+        grad = jax.grad(args.loss)(y)
+        return jax.tree.map(jnp.negative, grad)
+
+
+_loss = eqx.filter_jit(lambda problem, y: problem.loss(y))
+_save_point = eqx.filter_jit(save_point)
+
+
+def make_observer(setup: FlowSetup) -> Observer:
+    """What a flow watches during its solve (its `SaveAt`): with stages, the
+    saddles, whose speed is measured against the problem's loss scale (or,
+    where it gives none, the loss at the start)."""
+    saveat = setup.saveat
+    scale = None
+    if saveat.stages and problem_loss_scale(setup.problem_dt) is None:
+        start = float(_loss(setup.problem_dt, setup.params0))
+        scale = jnp.asarray(abs(start) if start != 0 else 1.0, setup.dtype)
+    return Observer(
+        stages=saveat.stages,
+        thresholds=saveat.thresholds,
+        events=saveat.events,
+        scale=scale,
+    )
+
+
+def loss_scale(setup: FlowSetup, observer: Observer) -> float:
+    """$\\ell$ of the flow (the problem's, or the loss at the start)."""
+    scale = problem_loss_scale(setup.problem_dt)
+    if scale is None:
+        scale = observer.scale
+        if scale is None:
+            scale = _loss(setup.problem_dt, setup.params0)
+    return float(scale)
+
+
+def solve_spec(setup: FlowSetup, observer: Observer) -> Spec:
+    solver = setup.solver
+    if observer.watches:
+        solver = Watch(
+            cast(dfx.AbstractAdaptiveSolver, solver),
+            observer,
+            directions=observer.directions,
+            rearm_by=observer.rearm_by,
+            armed0=observer.armed0,
+            uses_field=observer.uses_field,
+        )
+    chunk = setup.run.chunk_steps or chunk_steps_for(setup.params0)
+    return Spec(
+        vector_field=GradientFlow(),
+        solver=solver,
+        controller=make_controller(setup.rtol, setup.atol),
+        save_fn=save_point,
+        chunk_steps=int(min(chunk, setup.max_steps)),
+    )
+
+
+def event_record(observer: Observer, crossing: Crossing, problem) -> EventRecord:
+    loss = float(_loss(problem, jax.tree.map(jnp.asarray, crossing.y)))
+    return EventRecord(name=observer.names[crossing.index], t=crossing.t, loss=loss)
+
+
+def _checkpointer(setup: FlowSetup) -> Checkpointer | None:
+    """The checkpoint of a flow (or `None`), read and checked against the call
+    before anything is compiled."""
+    if setup.run.checkpoint is None:
+        return None
+    inputs = {
+        **problem_inputs(fingerprint(setup.problem)),
+        "ts": setup.ts,
+        **pack_tree("params0", setup.params0),
+    }
+    settings = dict(setup.settings.to_dict(), checkpoint_layout=CHECKPOINT_LAYOUT)
+    return Checkpointer(
+        setup.run.checkpoint, "integrate", settings, inputs, setup.run.checkpoint_every
+    )
+
+
+def solve(setup: FlowSetup, observer: Observer) -> Trajectory:
+    """The one solve path of [`gradflow.flow`][]: a checked call, an
+    `Observer`, the host driving the chunks; returns the
+    [`gradflow.Trajectory`][]."""
+    checkpoint = _checkpointer(setup)
+    spec = solve_spec(setup, observer)
+    problem = setup.problem_dt
+    # The save buffer has a bucketed length (one compilation for nearby numbers
+    # of saves); `_saves` reads the first len(setup.ts).
+    ts_padded = padded_save_times(setup.ts)
+    ts = jnp.asarray(ts_padded, setup.dtype)
+    t1 = jnp.asarray(setup.t1, setup.dtype)
+    state = init_state(
+        spec,
+        y0=setup.params0,
+        args=problem,
+        t0=jnp.asarray(0.0, setup.dtype),
+        t1=t1,
+        ts=ts,
+    )
+
+    def on_event(record, crossing):
+        for fn in setup.saveat.callbacks:
+            fn(record, crossing.t, crossing.y)
+
+    job = LoopJob(
+        spec,
+        problem,
+        ts,
+        t1,
+        max_steps=setup.max_steps,
+        record=lambda c: event_record(observer, c, problem),
+        on_event=on_event,
+    )
+    resumed_from = None
+    if checkpoint is not None and checkpoint.state is not None:
+        meta = checkpoint.state[0]
+        state = jax.tree.map(jnp.asarray, checkpoint.restore("state", state))
+        job.records = [EventRecord.from_dict(r) for r in meta["events"]]
+        resumed_from = float(state.t)
+    driven = drive(
+        job,
+        state,
+        total=setup.t1,
+        start=float(state.t),
+        progress=setup.run.progress,
+        checkpoint=checkpoint,
+    )
+    outcome = Outcome(
+        state=driven.state,
+        records=job.records,
+        out_of_steps=job.out_of_steps,
+        interrupted=driven.interrupted,
+        resumed_from=resumed_from,
+    )
+    traj = build_trajectory(setup, observer=observer, outcome=outcome)
+    if driven.interrupted:
+        message = interrupted_message(
+            f"interrupted at t = {traj.t_final:.6g} of t1 = {setup.t1:.6g}", checkpoint
+        )
+        traj = eqx.tree_at(lambda r: r.detail, traj, message)
+        raise interrupted(message, traj, checkpoint)
+    return traj
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Where one solve stopped (host side): its final loop state, its located
+    events, and why it stopped."""
+
+    state: LoopState
+    records: list[EventRecord]
+    out_of_steps: bool
+    interrupted: bool
+    resumed_from: float | None
+
+
+def _saves(setup: FlowSetup, state: LoopState, ok: bool):
+    """The saved points reached, as NumPy arrays; a failed solve also keeps its
+    last finite state, so no computed work is lost (the one rule for the last
+    point)."""
+    n = setup.ts.shape[0]  # the save buffer may be longer (padded_save_times)
+    filled = np.asarray(state.filled)[:n]
+    saved = jax.tree.map(lambda x: np.asarray(x)[:n][filled], state.saved)
+    ts_out = setup.ts[filled]
+    keep = np.isfinite(saved["loss"])
+    saved = jax.tree.map(lambda x: x[keep], saved)
+    ts_out = ts_out[keep]
+    t_final = float(state.t)
+    if not ok and (ts_out.size == 0 or t_final > ts_out[-1]):
+        last = jax.tree.map(
+            np.asarray,
+            _save_point(jnp.asarray(t_final, setup.dtype), state.y, setup.problem_dt),
+        )
+        if np.isfinite(last["loss"]):
+            saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
+            ts_out = np.append(ts_out, t_final)
+    return ts_out, saved
+
+
+def _code(setup: FlowSetup, state: LoopState, outcome: Outcome):
+    """`(code, detail)` of a finished solve: how it ended and, if it failed,
+    one line on where, why and what to change."""
+    if outcome.interrupted:
+        return RESULTS.interrupted, ""
+    if outcome.out_of_steps:
+        code = RESULTS.max_steps_reached
+    else:
+        code = result_code(state.solver_result)
+    if code == RESULTS.successful:
+        return code, ""
+    t = float(state.t)
+    return code, failure_message(code, t, setup.t1, setup.max_steps)
+
+
+def build_trajectory(
+    setup: FlowSetup, *, observer: Observer, outcome: Outcome
+) -> Trajectory:
+    """The one place a [`gradflow.Trajectory`][] is built from a finished solve
+    (a solo flow's or a sweep member's)."""
+    state = outcome.state
+    code, detail = _code(setup, state, outcome)
+    ts_out, saved = _saves(setup, state, bool(code == RESULTS.successful))
+    if code == RESULTS.successful:
+        detail = check_descent(ts_out, saved["loss"], setup.rtol)
+        if detail:
+            code = RESULTS.loss_rose
+    stages, events, extras = (), tuple(outcome.records), {}
+    # (stage rates need three saves at least)
+    if observer.stages and ts_out.size >= 3:
+        analysis = analyse(
+            setup.problem,
+            ts_out,
+            saved["params"],
+            saved["loss"],
+            thresholds=observer.thresholds,
+            loss_scale=loss_scale(setup, observer),
+        )
+        stages = analysis.stages
+        extras = {
+            k: np.asarray(v)
+            for k, v in analysis.extras.items()
+            if k not in ("loss", "grad_norm")
+        }
+        # The plateau boundaries are the saddle events located during the
+        # solve; the other stage boundaries are interpolated between saves.
+        derived = [e for e in analysis.events if e.name not in SADDLE_EVENTS]
+        events = tuple(sorted(list(outcome.records) + derived, key=lambda e: e.t))
+    return Trajectory(
+        ts=ts_out,
+        loss=saved["loss"],
+        grad_norm=saved["grad_norm"],
+        params=saved["params"],
+        problem=setup.problem,
+        settings=setup.settings,
+        stats=_stats(setup, state, outcome),
+        result=code,
+        detail=detail,
+        stages=stages,
+        events=events,
+        extras=extras,
+    )
+
+
+def _stats(setup: FlowSetup, state: LoopState, outcome: Outcome) -> FlowStats:
+    solver = setup.solver
+    inner = state.solver_state
+    if isinstance(inner, WatchState):
+        inner = inner.inner
+    steps = {
+        "num_steps": int(state.num_steps),
+        "num_accepted_steps": int(state.num_accepted_steps),
+        "num_rejected_steps": int(state.num_rejected_steps),
+    }
+    return FlowStats(
+        **steps,
+        # The event conditions' own gradients (one per step and per bisection
+        # iteration) are not counted: this is the vector field's count.
+        num_grad_evals=count_grad_evals(solver, steps, inner),
+        num_hvps=count_hvps(solver, inner),
+        w_rank=w_rank(solver, inner),
+        resumed_from=outcome.resumed_from,
+        wall_time=time.perf_counter() - setup.start,
+    )
+
+
+def flow(
+    problem: Problem,
+    init_scale: float | None = None,
+    *,
+    params: PyTree | None = None,
+    seed: int = 0,
+    t1: float = DEFAULT_T1,
+    saveat: SaveAt | None = None,
+    solver: Solver | str | dfx.AbstractSolver | None = None,
+    run: Run | None = None,
+) -> Trajectory:
+    r"""Solves the gradient flow $\dot\theta = -\nabla L(\theta)$ of a problem.
+
+    Starts either from a random point (`problem.init` with the key of `seed`
+    and scale `init_scale`) or from given `params`, and integrates to `t1`
+    with an adaptive Diffrax solver (by default gradflow's stiff
+    Rosenbrock-W solver). Time is gradient-descent time: step $k$ of GD at
+    learning rate $\eta$ sits at $t = k\eta$.
+
+    Loss, $|\nabla L|$ and parameters are saved at every save time. By
+    default the saddle escapes and entries are located *during* the solve,
+    and after the solve the stages are found on the saves (for every problem
+    `plateau`, `drop` and `rank` records; a [`gradflow.StagedProblem`][] such
+    as the paper's model finds its own; `docs/stages.md`).
+
+    **Arguments:**
+
+    - `problem`: a [`gradflow.Problem`][].
+    - `init_scale`: the scale of the random start; give exactly one of
+      `init_scale` and `params`.
+    - `params`: a point to start from (the structure of `problem.init`'s).
+    - `seed`: seed of the random start (`jax.random.key(seed)`).
+    - `t1`: final time.
+    - `saveat`: a [`gradflow.SaveAt`][]: save times, stages, thresholds,
+      user events and callbacks (the defaults when `None`).
+    - `solver`: a [`gradflow.Solver`][] (method, tolerances, `max_steps`,
+      dtype), or just a solver's name or a Diffrax solver instance.
+    - `run`: a [`gradflow.Run`][]: progress bar, checkpoint, chunk size.
+
+    **Returns:** a [`gradflow.Trajectory`][] whose `params` is the problem's
+    PyTree with a leading time axis. Its `result` is a [`gradflow.RESULTS`][]
+    code: if the solver stops early, `traj.ok` is `False`, `traj.message`
+    says why and what to change, and the trajectory holds everything up to
+    the last time reached.
+
+    **Raises:** `ValueError`/`TypeError` naming the argument and its value for
+    bad input (or a checkpoint of another call), before anything is compiled.
+    [`gradflow.Interrupted`][] (a `KeyboardInterrupt`) on Ctrl-C: the solve
+    stops after the current chunk of steps, writes the checkpoint, and the
+    exception's `result` holds the trajectory so far.
+
+    **Example:**
+
+    ```python
+    import gradflow as gf
+    problem = gf.problems.DeepLinear.random([3.0, 1.0, 0.3], n_in=5, n_out=4)
+    traj = gf.flow(problem, 1e-3, t1=200)
+    for s in traj.stages:
+        print(s.name, s.cycle, s.t_start, s.t_end)
+    ```
+    """
+    setup = prepare(
+        problem,
+        init_scale=init_scale,
+        params=params,
+        t1=t1,
+        seed=seed,
+        saveat=saveat,
+        solver=solver,
+        run=run,
+    )
+    return solve(setup, make_observer(setup))
+
+
+__all__ = [
+    "CHECKPOINT_LAYOUT",
+    "GradientFlow",
+    "Outcome",
+    "build_trajectory",
+    "event_record",
+    "flow",
+    "make_observer",
+    "solve",
+    "solve_spec",
+]

@@ -1,0 +1,102 @@
+"""What every result gradflow returns shares: [`AbstractResult`][], the one
+schema of a [`gradflow.Trajectory`][], a [`gradflow.SGDRun`][] and each member
+of a [`gradflow.Sweep`][]."""
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from .._core.records import Record
+from .._problem.base import Problem
+from .._problem.functions import describe
+from .codes import RESULTS, is_successful
+from .files import file_header, problem_parts, result_parts, write_file
+
+
+class AbstractResult(eqx.Module):
+    """What every result shares (the fields a result file holds).
+
+    - `ts`: save times, shape `(T,)`, increasing;
+    - `loss`, `grad_norm`: the population loss and $|\\nabla L|$ at `ts`;
+    - `params`: the problem's parameter PyTree with a leading time axis;
+    - `problem`: the [`gradflow.Problem`][] (`None` for a file whose problem
+      class cannot be imported here);
+    - `settings`, `stats`: how it was run and what it cost (typed records);
+    - `result`: a [`gradflow.RESULTS`][] code, how the run ended; `detail`:
+      one line on where, why and what to change, for a failure;
+    - `ok`, `message`: derived from `result` (and `detail`);
+    - `stages`, `events`: [`gradflow.Stage`][] and [`gradflow.EventRecord`][]
+      records; `extras`: arrays saved at every save time.
+    """
+
+    ts: eqx.AbstractVar[np.ndarray]
+    loss: eqx.AbstractVar[np.ndarray]
+    grad_norm: eqx.AbstractVar[np.ndarray]
+    params: eqx.AbstractVar[Any]
+    problem: eqx.AbstractVar[Problem | None]
+    settings: eqx.AbstractVar[Record]
+    stats: eqx.AbstractVar[Record]
+    result: eqx.AbstractVar[Any]
+    detail: eqx.AbstractVar[str]
+    stages: eqx.AbstractVar[tuple]
+    events: eqx.AbstractVar[tuple]
+    extras: eqx.AbstractVar[dict[str, np.ndarray]]
+
+    # The file format's name, the arrays of the result's own (beyond the
+    # parameters, the problem and the extras) in the order written, and the
+    # record types of its settings and stats.
+    format_name: ClassVar[str]
+    own_arrays: ClassVar[tuple[str, ...]]
+    settings_type: ClassVar[type[Record]]
+    stats_type: ClassVar[type[Record]]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run succeeded (`result` is `RESULTS.successful`)."""
+        return is_successful(self.result)
+
+    @property
+    def message(self) -> str:
+        """What happened, for a failed run (`""` when `ok`): the `detail`, or
+        the result code's own text."""
+        if self.ok:
+            return ""
+        return self.detail or RESULTS[self.result]
+
+    @property
+    def final_params(self):
+        """The last saved parameters."""
+        return self.at(-1)
+
+    def at(self, i: int):
+        """The parameters at save `i` (one point, no time axis)."""
+        return jax.tree.map(lambda x: x[i], self.params)
+
+    @property
+    def t_final(self) -> float:
+        """The last time reached (`settings.t1` when `ok`)."""
+        return float(self.ts[-1])
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Writes the result to `path` (a `.npz` file), atomically: every
+        array, the problem, settings, stats, result code, stages, events and
+        the gradflow version. Read it back with [`gradflow.load`][]."""
+        meta, arrays = result_parts(self)
+        problem_meta, problem_arrays = problem_parts(self.problem)
+        meta = {**file_header(self.format_name), **meta, "problem": problem_meta}
+        return write_file(path, meta, {**arrays, **problem_arrays})
+
+
+def status(result: AbstractResult) -> str:
+    """`ok`, or `FAILED: ` and the message (for `repr`)."""
+    return "ok" if result.ok else f"FAILED: {result.message}"
+
+
+__all__ = ["AbstractResult", "describe", "status"]

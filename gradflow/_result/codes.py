@@ -1,0 +1,62 @@
+"""Result codes: how a run ended, as an enumeration (the way `diffrax.RESULTS`
+works). Every result carries one (`result.result`); its `ok` and `message`
+are derived from it.
+
+An item is a JAX value (it can live in a compiled loop's state); on the host
+`bool(code == gf.RESULTS.successful)` compares two of them, and
+[`result_name`][gradflow._result.codes.result_name] gives a code's name (how
+files store it).
+"""
+
+import equinox as eqx
+import numpy as np
+
+
+class RESULTS(eqx.Enumeration):
+    """How a run (a flow, a sweep member, an SGD run) ended.
+
+    - `successful`: it reached `t1`, following the flow;
+    - `max_steps_reached`: it ran out of solver steps (`max_steps`);
+    - `nonfinite`: a value became infinite or NaN;
+    - `dt_min_reached`: the step size fell below the solver's minimum;
+    - `implicit_solve_failed`: the inner linear or nonlinear solve of an
+      implicit solver failed;
+    - `loss_rose`: the saved loss rose, which the exact gradient flow never
+      does: the solve lost the flow;
+    - `interrupted`: stopped by Ctrl-C (the partial result is kept);
+    - `solver_failed`: any other failure the solver reported.
+    """
+
+    successful = ""
+    max_steps_reached = "the maximum number of solver steps was reached"
+    nonfinite = "a value became non-finite"
+    dt_min_reached = "the step size fell below the solver's minimum"
+    implicit_solve_failed = "the implicit solver's inner solve failed"
+    loss_rose = "the saved loss rose: the solve lost the gradient flow"
+    interrupted = "the run was interrupted"
+    solver_failed = "the solver failed"
+
+
+def result_name(code) -> str:
+    """The name of a result code (`"successful"`, `"max_steps_reached"`, ...)."""
+    value = int(np.asarray(code._value))
+    for name, item in RESULTS._name_to_item.items():
+        if int(np.asarray(item._value)) == value:
+            return name
+    raise ValueError(f"not a gradflow result code: {code!r}")
+
+
+def result_from_name(name: str):
+    """The result code of a name (how files store it)."""
+    try:
+        return RESULTS._name_to_item[name]
+    except KeyError:
+        raise ValueError(f"unknown result code {name!r}") from None
+
+
+def is_successful(code) -> bool:
+    """Whether a result code is `successful` (on the host)."""
+    return bool(np.asarray(code == RESULTS.successful))
+
+
+__all__ = ["RESULTS", "is_successful", "result_from_name", "result_name"]

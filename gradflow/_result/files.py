@@ -1,0 +1,262 @@
+"""Result files: one writer, one reader (with one check of the file-format
+version) and one registry of readers, by format name, from which
+[`gradflow.load`][] reads any kind of result file.
+
+A result file is a `.npz` archive of a result's arrays plus JSON metadata:
+the gradflow version, the file format, the problem (class and fields), the
+settings, stats, result code and records. Each kind of result registers its
+reader here ([`register_reader`][gradflow._result.files.register_reader]).
+
+Files of format 1 (gradflow 0.1.0, before problems existed) and format 2
+(problems with their own configuration) are read too: their problems by the
+legacy readers that a problem's package registers
+(`gradflow/_problem/files.py`).
+"""
+
+import json
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._core.files import (
+    atomic_write,
+    json_default,
+    peek_format,
+    read_npz_with_meta,
+    version,
+)
+from .._core.records import EventRecord, Stage
+from .._problem.files import LEGACY_PROBLEMS, problem_from_file, problem_to_file
+from .codes import RESULTS, result_from_name, result_name
+
+
+FORMAT_VERSION = 3
+
+
+class _Reader:
+    def __init__(self, read: Callable[[Any], Any], name: str):
+        self.read, self.name = read, name
+
+
+# The readers of each kind of result file, by format name (filled by the
+# modules that define the kinds: trajectories, sweeps, SGD runs).
+READERS: dict[str, _Reader] = {}
+
+
+def register_reader(format_name: str, reader: Callable[[Any], Any], name: str) -> None:
+    """Lets [`gradflow.load`][] read a kind of result file; `name` is the
+    typed reader's public name (named in the error for a misdirected file)."""
+    READERS[format_name] = _Reader(reader, name)
+
+
+def file_header(format_name: str) -> dict[str, Any]:
+    return {
+        "format": format_name,
+        "format_version": FORMAT_VERSION,
+        "gradflow_version": version(),
+    }
+
+
+def write_file(path, meta: dict, arrays: dict) -> Path:
+    """Writes arrays and JSON metadata to a `.npz` file, atomically."""
+    path = Path(path)
+    arrays = dict(arrays)
+    arrays["__gradflow__"] = np.array(json.dumps(meta, default=json_default))
+    atomic_write(path, lambda f: np.savez(f, **arrays))  # pyright: ignore[reportArgumentType]
+    return path
+
+
+def result_parts(result, prefix: str = "") -> tuple[dict, dict]:
+    """`(meta, arrays)` of one result, its arrays' names starting with
+    `prefix` (a sweep writes many results into one file)."""
+    meta = {
+        "settings": result.settings.to_dict(),
+        "stats": result.stats.to_dict(),
+        "result": result_name(result.result),
+        "detail": result.detail,
+        "stages": [s.to_dict() for s in result.stages],
+        "events": [e.to_dict() for e in result.events],
+        "extras": sorted(result.extras),
+    }
+    arrays = {prefix + n: np.asarray(getattr(result, n)) for n in result.own_arrays}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(result.params)[0]:
+        arrays[prefix + "params" + jax.tree_util.keystr(path)] = np.asarray(leaf)
+    for k, v in result.extras.items():
+        arrays[f"{prefix}extra_{k}"] = np.asarray(v)
+    return meta, arrays
+
+
+def problem_parts(problem, prefix: str = "problem/") -> tuple[Any, dict]:
+    """`(meta, arrays)` of a problem (`None`: none), its arrays under
+    `prefix`."""
+    if problem is None:
+        return None, {}
+    meta, arrays = problem_to_file(problem)
+    return meta, {prefix + k: np.asarray(v) for k, v in arrays.items()}
+
+
+def read_file(path, format_name: str, what: str) -> tuple[dict, dict]:
+    """`(meta, arrays)` of a gradflow result file of `format_name`: the one
+    reader and the one version check of every result file.
+
+    **Raises:** `FileNotFoundError` for a missing file; `ValueError` naming the
+    file when it is not a gradflow `what`, is truncated or damaged, or comes
+    from a newer file format.
+    """
+    names = {k: r.name for k, r in READERS.items()}
+    meta, arrays = read_npz_with_meta(path, format_name, names)
+    found = meta.get("format_version")
+    if not isinstance(found, int) or found > FORMAT_VERSION:
+        raise ValueError(
+            f"'{path}' was written with {what} format version {found} by "
+            f"gradflow {meta.get('gradflow_version')}; this gradflow "
+            f"({version()}) reads format versions <= {FORMAT_VERSION}: upgrade gradflow"
+        )
+    return meta, arrays
+
+
+def read_problem(path, entry, arrays: dict, prefix: str = "problem/"):
+    """The problem a file describes (`problem_parts`), or `None` (with a
+    warning saying why) where its class cannot be imported here."""
+    if entry is None:
+        return None
+    own = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+    problem = problem_from_file(entry, own)
+    if problem is None:
+        warnings.warn(
+            f"'{path}': its problem, of class {entry['class']}, cannot be imported "
+            "here (a class defined in a script's __main__?), so the result is "
+            "loaded without it (problem=None); define the class in an importable "
+            "module to keep it",
+            UserWarning,
+            stacklevel=4,
+        )
+    return problem
+
+
+def legacy_problem(path, settings: dict, tokens, P, pi):
+    """The problem of a format-1 file (gradflow 0.1.0 held one model)."""
+    reader = LEGACY_PROBLEMS.get("format-1")
+    if reader is None:
+        return None
+    config = {k: settings.get(k) for k in ("width", "model", "context")}
+    return reader(dict(config, tokens=tokens), {"P": P, "pi": pi})
+
+
+def _code(meta: dict):
+    """`(code, detail)` of a result's metadata; files before result codes
+    stored `ok` and `message` (their kind of failure is read off the
+    message)."""
+    if "result" in meta:
+        return result_from_name(meta["result"]), meta.get("detail", "")
+    if meta["ok"]:
+        return RESULTS.successful, ""
+    message = meta.get("message", "")
+    for key, code in (
+        ("maximum number of steps", RESULTS.max_steps_reached),
+        ("loss rose", RESULTS.loss_rose),
+        ("interrupted", RESULTS.interrupted),
+        ("non-finite", RESULTS.nonfinite),
+    ):
+        if key in message:
+            return code, message
+    return RESULTS.solver_failed, message
+
+
+def _params(problem, arrays: dict, prefix: str, legacy: bool):
+    """The saved parameters, in the structure of the problem's (a dict by
+    path where the problem is unknown)."""
+    if problem is None:
+        start = prefix + "params"
+        return {k[len(start) :]: v for k, v in arrays.items() if k.startswith(start)}
+    like = jax.eval_shape(lambda: problem.init(jax.random.key(0), 1.0))
+    leaves = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(like)[0]:
+        name = jax.tree_util.keystr(path)
+        key = prefix + ("params_" + name.lstrip(".") if legacy else "params" + name)
+        leaves.append(arrays[key])
+    return jax.tree.unflatten(jax.tree.structure(like), leaves)
+
+
+def result_fields(
+    cls, meta: dict, arrays: dict, *, problem, legacy: bool, prefix=""
+) -> dict[str, Any]:
+    """The constructor arguments of a result of class `cls` read from a file:
+    its own arrays and what every result shares. A `KeyError` for a missing
+    entry."""
+    code, detail = _code(meta)
+    fields = dict(
+        **{name: arrays[prefix + name] for name in cls.own_arrays},
+        problem=problem,
+        settings=cls.settings_type.from_dict(meta["settings"]),
+        stats=cls.stats_type.from_dict(meta["stats"]),
+        result=code,
+        detail=detail,
+        # files written before records were typed hold plain dicts
+        stages=tuple(Stage.from_dict(s) for s in meta.get("stages", ())),
+        events=tuple(EventRecord.from_dict(e) for e in meta.get("events", ())),
+        extras={k: arrays[f"{prefix}extra_{k}"] for k in meta.get("extras", [])},
+    )
+    # last: the parameters' structure is traced from the problem's init, so an
+    # incomplete file is refused before anything is traced
+    return dict(fields, params=_params(problem, arrays, prefix, legacy))
+
+
+def read_result(cls, path, what: str):
+    """Reads a file written by `cls.save` (any format version this gradflow
+    reads)."""
+    meta, arrays = read_file(path, cls.format_name, what)
+    try:
+        legacy = meta["format_version"] < 2
+        if legacy:
+            problem = legacy_problem(
+                path, meta["settings"], meta.get("tokens"), arrays["P"], arrays.get("pi")
+            )
+        else:
+            problem = read_problem(path, meta.get("problem"), arrays)
+        return cls(
+            **result_fields(cls, meta, arrays, problem=problem, legacy=legacy)
+        )
+    except KeyError as e:
+        raise ValueError(
+            f"'{path}' is an incomplete gradflow {what}: missing {e}"
+        ) from None
+
+
+def load(path: str | os.PathLike):
+    """Loads any result file gradflow writes: a trajectory
+    ([`gradflow.Trajectory.save`][]), a sweep ([`gradflow.Sweep.save`][]) or
+    an SGD run ([`gradflow.SGDRun.save`][]), returned as its type. Files of
+    gradflow 0.1.0 load too.
+
+    **Raises:** `FileNotFoundError` if `path` does not exist; `ValueError`
+    naming the file if it is not a gradflow result (a checkpoint, a foreign or
+    damaged file), is truncated, or was written by an incompatible (newer)
+    file-format version.
+    """
+    reader = READERS.get(peek_format(path) or "") or READERS["gradflow-trajectory"]
+    # (a trajectory's reader also gives every error for a file that is not a
+    # gradflow result)
+    return reader.read(path)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "READERS",
+    "file_header",
+    "legacy_problem",
+    "load",
+    "problem_parts",
+    "read_file",
+    "read_problem",
+    "read_result",
+    "register_reader",
+    "result_fields",
+    "result_parts",
+    "write_file",
+]

@@ -1,0 +1,411 @@
+r"""Stages of any problem, found on the curves saved along a trajectory after
+the solve (SPEC section 11), and the pieces every stage detector shares.
+
+- [`gradflow.StageThresholds`][]: the detectors' thresholds, one place for
+  their defaults.
+- `Curves`: saved curves of a trajectory with interpolation between saves
+  (linear in $\log t$), secant rates per unit $\log t$, and threshold
+  crossings located between saves.
+- `plateau_intervals`: the saddles of a trajectory, by hysteresis on its
+  speed $s = -\frac{dL}{d\log t}/\ell$ (the same rule as the saddle events
+  located during the solve).
+- `generic_stages`: the stages of every problem: `plateau`, `drop` (from one
+  plateau to the next) and `rank` (a change in the number of singular values
+  of a matrix parameter above `rank_tol` times its largest).
+- `observe_saves`: a problem's observables at every saved point, batched.
+
+The paper's model adds its own stages on top of these
+(`gradflow.markov.stages`).
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._core.records import Stage
+
+
+def _positive(name: str, value) -> None:
+    if isinstance(value, bool) or not (
+        isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    ):
+        raise ValueError(
+            f"StageThresholds.{name} must be finite and > 0, got {value!r}"
+        )
+
+
+class StageThresholds(eqx.Module):
+    r"""Thresholds of the stage detector, the one place for their defaults
+    (shared by [`gradflow.flow`][], `integrate`, [`gradflow.detect_stages`][],
+    SGD runs and sweeps). Each is justified by measurements across chain
+    families in `docs/stages.md`.
+
+    **Arguments:**
+
+    - `rate_window`: every rate is a secant over this many e-folds of $t$
+      (0.03: about the spacing of the default 400 log-spaced saves).
+    - `escape_speed`, `entry_speed`: a plateau (saddle) is left when the
+      speed $s = -\frac{dL}{d\log t}/\ell$ rises above `escape_speed` and
+      entered when it falls below `entry_speed` (hysteresis: `entry_speed <
+      escape_speed`); $\ell$ is the problem's loss scale
+      ([`gradflow.Problem.loss_scale`][]; $\log d - H_{\text{cond}}$ for the
+      paper's model).
+    - `focus_rate`: a focus starts when the attention entropy falls faster
+      than `focus_rate` (per unit $\log t$, relative to $H(\pi)$).
+    - `min_entropy_drop`: a focus is recorded only if the entropy fell by at
+      least this fraction of $H(\pi)$; a dilution only if it rose back by
+      at least this fraction.
+    - `min_mass_change`: ... and only if the attention mass of its tokens
+      rose (fell) by at least this much.
+    - `token_share`: the focus tokens are the fewest tokens, by gain, that
+      carry this share of the attention mass gained in the focus.
+    - `direction_rate`: a new direction opens while $\sigma_{k+1}/\sigma_1$
+      grows faster than $t^{\text{direction\_rate}}$.
+    - `direction_low`, `direction_open`: a new direction is an opening of
+      $\sigma_{k+1}/\sigma_1$ from below `direction_low` to above
+      `direction_open` (from small to order one).
+    - `direction_ratio`: read only by the solve-time event machine that
+      `integrate` still uses (a direction starts only while the ratio is below
+      it); the detector on saved curves does not use it.
+    - `rank_tol`: for the generic `rank` records of every problem: a singular
+      value of a matrix parameter counts towards its rank when it exceeds
+      `rank_tol` times the largest one.
+    """
+
+    rate_window: float = 0.03
+    escape_speed: float = 1e-2
+    entry_speed: float = 5e-3
+    focus_rate: float = 5e-2
+    min_entropy_drop: float = 1e-2
+    min_mass_change: float = 0.02
+    token_share: float = 0.8
+    direction_rate: float = 1.0
+    direction_low: float = 0.05
+    direction_open: float = 0.3
+    direction_ratio: float = 0.1
+    rank_tol: float = 0.1
+
+    def __check_init__(self):
+        for f in dataclasses.fields(self):
+            _positive(f.name, getattr(self, f.name))
+        if self.entry_speed >= self.escape_speed:
+            raise ValueError(
+                "StageThresholds.entry_speed must be < escape_speed (hysteresis), got "
+                f"entry_speed = {self.entry_speed} and "
+                f"escape_speed = {self.escape_speed}"
+            )
+        if self.token_share > 1 or self.rank_tol >= 1:
+            name = "token_share" if self.token_share > 1 else "rank_tol"
+            bound = "<= 1" if name == "token_share" else "< 1"
+            raise ValueError(
+                f"StageThresholds.{name} must be {bound}, got {getattr(self, name)!r}"
+            )
+        if self.direction_open <= self.direction_low:
+            raise ValueError(
+                "StageThresholds.direction_open must be > direction_low, got "
+                f"direction_open = {self.direction_open} and "
+                f"direction_low = {self.direction_low}"
+            )
+
+
+# -- curves -------------------------------------------------------------------
+
+
+def log_time(ts: np.ndarray) -> np.ndarray:
+    r"""$u = \log t$ of save times; `t = 0` (the first save) sits one grid step
+    before the first positive time."""
+    u = np.log(np.where(ts > 0, ts, np.nan))
+    if ts[0] <= 0 and ts.shape[0] > 2:
+        u[0] = 2 * u[1] - u[2]
+    return u
+
+
+def secant_rate(u: np.ndarray, y: np.ndarray, window: float) -> np.ndarray:
+    r"""$\frac{dy}{d\log t}$ at every save, as the secant over a window of
+    `window` e-folds of $t$ centred on it (narrower at the two ends), with `y`
+    interpolated linearly in $u = \log t$ between saves. Rates measured this
+    way resolve what the saves resolve; an oscillation faster than the window
+    (the attention entropy of late cycles oscillates with a period of about
+    1 % of $t$, below the save spacing) averages out instead of aliasing."""
+    lo = np.maximum(u - window / 2, u[0])
+    hi = np.minimum(u + window / 2, u[-1])
+
+    def interp(x):
+        i = np.clip(np.searchsorted(u, x, side="right") - 1, 0, u.shape[0] - 2)
+        f = (x - u[i]) / (u[i + 1] - u[i])
+        f = f.reshape(f.shape + (1,) * (y.ndim - 1))
+        return y[i] + f * (y[i + 1] - y[i])
+
+    span = (hi - lo).reshape((-1,) + (1,) * (y.ndim - 1))
+    return (interp(hi) - interp(lo)) / span
+
+
+# A point between saves: `(i, f)`, the fraction `f` of the way (in log t) from
+# save `i` to save `i + 1`.
+Point = tuple[int, float]
+
+
+class Curves:
+    r"""Saved curves with interpolation between saves (linear in $\log t$).
+
+    `obs` holds curves with a leading time axis (a detector adds its derived
+    rates to it); `rate(y)` is the secant rate of a curve per unit $\log t$
+    over `window` e-folds."""
+
+    def __init__(self, ts, obs: Mapping[str, np.ndarray], window: float):
+        self.ts = ts
+        self.u = log_time(ts)
+        self.obs = dict(obs)
+        self.window = window
+
+    def rate(self, y: np.ndarray) -> np.ndarray:
+        r"""$dy/d\log t$ at every save ([`secant_rate`][])."""
+        u = self.u.copy()
+        if not np.isfinite(u[0]):  # two saves only after t = 0
+            u[0] = u[1] - 1.0
+        return secant_rate(u, y, self.window)
+
+    def time(self, i: int, f: float) -> float:
+        if f <= 0:
+            return float(self.ts[i])
+        if f >= 1:
+            return float(self.ts[i + 1])
+        if self.ts[i] <= 0:
+            return float(self.ts[i] + f * (self.ts[i + 1] - self.ts[i]))
+        return float(np.exp(self.u[i] + f * (self.u[i + 1] - self.u[i])))
+
+    def position(self, u: float) -> Point:
+        """`(i, f)` of the log time `u`."""
+        i = int(
+            np.clip(np.searchsorted(self.u, u, side="right") - 1, 0, len(self.u) - 2)
+        )
+        return i, float(np.clip((u - self.u[i]) / (self.u[i + 1] - self.u[i]), 0, 1))
+
+    def refine_max(self, y: np.ndarray, p: Point) -> Point:
+        r"""The maximum of the saved curve `y` near `p` (a zero of its secant
+        rate, which an asymmetric peak shifts by a fraction of the window):
+        the largest save within one window of `p`, refined by the parabola
+        through it and its two neighbours (in $\log t$)."""
+        u0 = self.u[p[0]] + p[1] * (self.u[p[0] + 1] - self.u[p[0]])
+        near = np.flatnonzero(np.abs(self.u - u0) <= self.window)
+        near = near[(near > 0) & (near < len(self.u) - 1)]
+        if near.size == 0:
+            return p
+        j = int(near[np.argmax(y[near])])
+        x = self.u[j - 1 : j + 2] - self.u[j]
+        a, b, _ = np.polyfit(x, y[j - 1 : j + 2], 2)
+        vertex = -b / (2 * a) if a < 0 else 0.0
+        vertex = float(np.clip(vertex, x[0], x[2]))
+        return self.position(self.u[j] + vertex)
+
+    def at(self, y: np.ndarray, i: int, f: float):
+        if f <= 0 or i + 1 >= y.shape[0]:
+            return y[i]
+        return y[i] + f * (y[i + 1] - y[i])
+
+    def crossings(self, y: np.ndarray, level: float, up: bool, lo: int = 0):
+        """`(i, f)` of every crossing of `level` by `y` (upwards or downwards),
+        from save `lo` on: `y[i] <= level < y[i+1]` (or the mirror), at the
+        fraction `f` of that interval."""
+        z = (y - level) if up else (level - y)
+        a, b = z[lo:-1], z[lo + 1 :]
+        idx = np.flatnonzero((a <= 0) & (b > 0))
+        return [(int(i) + lo, self._root(z, int(i) + lo)) for i in idx]
+
+    def _root(self, z: np.ndarray, i: int) -> float:
+        r"""Where `z` (with `z[i] <= 0 < z[i+1]`) crosses 0 in `[t_i, t_{i+1}]`,
+        as a fraction of the interval in $\log t$: the root of the cubic through
+        the saves `i-1 .. i+2` (quadratic or linear at the ends), kept only if
+        it lies in the interval and the cubic is monotone there; otherwise the
+        linear root."""
+        linear = float(z[i] / (z[i] - z[i + 1]))
+        j = np.arange(max(i - 1, 0), min(i + 3, z.shape[0]))
+        if j.shape[0] < 3 or not np.isfinite(self.u[j]).all():
+            return linear
+        x = (self.u[j] - self.u[i]) / (self.u[i + 1] - self.u[i])
+        coef = np.polyfit(x, z[j], j.shape[0] - 1)
+        grid = np.linspace(0.0, 1.0, 9)
+        vals = np.polyval(coef, grid)
+        if not (np.diff(vals) >= 0).all():
+            return linear
+        lo, hi = 0.0, 1.0
+        for _ in range(40):  # bisection on a monotone cubic
+            mid = 0.5 * (lo + hi)
+            if np.polyval(coef, mid) > 0:
+                hi = mid
+            else:
+                lo = mid
+        return 0.5 * (lo + hi)
+
+    def first_crossing(self, y, level, up, after: Point) -> Point | None:
+        """The first crossing strictly after the point `after = (i, f)`."""
+        i0, f0 = after
+        for i, f in self.crossings(y, level, up, lo=i0):
+            if (i, f) > (i0, f0):
+                return i, f
+        return None
+
+
+def plateau_intervals(
+    c: Curves, speed: np.ndarray, th: StageThresholds, *, start_still: bool = True
+) -> tuple[list[tuple[Point, Point | None]], Point | None]:
+    """Hysteresis on the speed: `[(entry, escape or None)]` of every plateau
+    entered after the start, and the first escape (a flow that starts still
+    starts on the plateau it leaves first; with `start_still=False`, one
+    already moving, there is no first escape: `None`)."""
+    out, in_saddle, pos = [], start_still, (0, -1.0)
+    first_escape = None
+    entry = None
+    while True:
+        if in_saddle:
+            nxt = c.first_crossing(speed, th.escape_speed, True, pos)
+            if nxt is None:
+                if entry is not None:
+                    out.append((entry, None))
+                return out, first_escape
+            if entry is not None:
+                out.append((entry, nxt))
+            elif first_escape is None:
+                first_escape = nxt
+            in_saddle, pos, entry = False, nxt, None
+        else:
+            nxt = c.first_crossing(speed, th.entry_speed, False, pos)
+            if nxt is None:
+                return out, first_escape
+            in_saddle, pos, entry = True, nxt, nxt
+
+
+# -- the generic stages ---------------------------------------------------------
+
+
+def _stage(c: Curves, loss, name: str, *, cycle: int, a: Point, b: Point | None):
+    last = (c.ts.shape[0] - 1, 0.0)
+    end = last if b is None else b
+    return Stage(
+        name=name,
+        cycle=cycle,
+        t_start=c.time(*a),
+        t_end=c.time(*end),
+        loss_start=c.at(loss, *a),
+        loss_end=c.at(loss, *end),
+        complete=b is not None,
+    )
+
+
+def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
+    """A `rank` record at every crossing of `tol` by a ratio
+    $\\sigma_k/\\sigma_1$ of the singular values `sv` (shape `(T, n)`) that
+    changes the count of those above it; the first save's rank is the start."""
+    ratio = sv / np.maximum(sv[:, :1], 1e-300)
+    rank = np.sum(ratio > tol, axis=1)
+    changes = []
+    for k in range(1, sv.shape[1]):
+        for up in (True, False):
+            changes += [(p, up) for p in c.crossings(ratio[:, k], tol, up)]
+    out, current = [], int(rank[0])
+    for p, up in sorted(changes):
+        current += 1 if up else -1
+        t = c.time(*p)
+        out.append(
+            Stage(
+                name="rank",
+                cycle=0,
+                t_start=t,
+                t_end=t,
+                loss_start=c.at(loss, *p),
+                loss_end=c.at(loss, *p),
+                leaf=name,
+                rank=current,
+            )
+        )
+    return out
+
+
+def generic_stages(
+    ts, loss, observations: Mapping[str, Any], *, loss_scale: float, thresholds
+) -> tuple[Stage, ...]:
+    r"""The stages every problem has (SPEC section 11), from curves saved along a
+    trajectory:
+
+    - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
+      fall per unit $\log t$ against the loss scale $\ell$) falling through
+      `entry_speed` to its rising through `escape_speed`; a flow that starts
+      still (a small start near a critical point) starts on its first
+      plateau, at `ts[0]`;
+    - `drop`: from a plateau's end to the next plateau's start (or the last
+      save); a flow whose speed at the start is already above `escape_speed`
+      (a start that is no critical point: the soft committee machine's
+      origin) begins with a drop, of cycle 0;
+    - `rank`: for every observation `sv<path>` (the singular values of a
+      matrix parameter, as the default [`gradflow.Problem.observe`][] saves
+      them), each time the number of them above `rank_tol` times the largest
+      changes, with `leaf` the parameter's path and `rank` the new count.
+
+    `cycle` numbers the plateaus (a drop has its plateau's); a rank record has
+    the cycle of the plateau or drop it falls in. Non-finite trailing saves (a
+    solve that stopped early) are ignored.
+    """
+    th = thresholds
+    ts, loss = np.asarray(ts, np.float64), np.asarray(loss, np.float64)
+    n = int(np.argmin(np.isfinite(loss))) if not np.isfinite(loss).all() else ts.size
+    ts, loss = ts[:n], loss[:n]
+    if ts.size < 3:
+        return ()
+    c = Curves(ts, {}, th.rate_window)
+    speed = -c.rate(loss) / max(float(loss_scale), 1e-300)
+    still = bool(speed[0] <= th.escape_speed)
+    later, first_escape = plateau_intervals(c, speed, th, start_still=still)
+    plateaus = [((0, 0.0), first_escape)] + later if still else later
+    out = []
+    if not still:
+        end = plateaus[0][0] if plateaus else None
+        out.append(_stage(c, loss, "drop", cycle=0, a=(0, 0.0), b=end))
+    for k, (a, b) in enumerate(plateaus, start=1):
+        out.append(_stage(c, loss, "plateau", cycle=k, a=a, b=b))
+        if b is None:
+            break
+        nxt = plateaus[k][0] if k < len(plateaus) else None
+        out.append(_stage(c, loss, "drop", cycle=k, a=b, b=nxt))
+    starts = [s.t_start for s in out]
+    for key, value in observations.items():
+        if key.startswith("sv") and np.ndim(value) == 2:
+            for r in _rank_changes(
+                c, loss, key[2:], np.asarray(value, np.float64)[:n], th.rank_tol
+            ):
+                # the cycle of the plateau or drop the record falls in
+                j = int(np.searchsorted(starts, r.t_start, "right"))
+                cycle = out[max(j - 1, 0)].cycle
+                out.append(dataclasses.replace(r, cycle=int(cycle)))
+    order = {"plateau": 0, "drop": 1, "rank": 2}
+    return tuple(sorted(out, key=lambda s: (s.t_start, order[s.name])))
+
+
+# -- observables at the saved points ------------------------------------------
+
+
+def matrix_spectra(params) -> dict[str, jax.Array]:
+    """`{"sv" + path: singular values}` of every 2-D leaf of a parameter PyTree
+    (one point): what the generic `rank` records read."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        if jnp.ndim(leaf) == 2 and min(jnp.shape(leaf)) > 1:
+            key = "sv" + jax.tree_util.keystr(path)
+            out[key] = jnp.linalg.svd(leaf, compute_uv=False)
+    return out
+
+
+__all__ = [
+    "Curves",
+    "StageThresholds",
+    "generic_stages",
+    "log_time",
+    "matrix_spectra",
+    "plateau_intervals",
+    "secant_rate",
+]

@@ -1,0 +1,99 @@
+r"""Figures of trajectories, sweeps and comparisons (matplotlib; PNG and
+PDF). Importing gradflow does not import matplotlib: the figures import it
+when drawn.
+
+For any problem:
+
+- [`plot_all`][gradflow.plot.plot_all]: writes every figure of a trajectory
+  (what `gradflow run` draws): the problem's [`figures`][gradflow.plot.figures],
+  by default the generic
+  [`problem_summary_figure`][gradflow.plot.problem_summary_figure];
+- [`phase_diagram`][gradflow.plot.phase_diagram] and
+  [`sweep_summary`][gradflow.plot.sweep_summary]: a sweep;
+- [`save_figure`][gradflow.plot.save_figure], [`shade_stages`][gradflow.plot.shade_stages],
+  [`STAGE_COLORS`][gradflow.plot.STAGE_COLORS]: the pieces to draw your own.
+
+The paper's model: [`summary_figure`][gradflow.plot.summary_figure] (six
+panels: loss against $\log d$, $H(\pi)$ and the conditional entropy, norms,
+attention entropy, attention mass per key token, singular values of $W_0$,
+alignment cosines), [`pca_figure`][gradflow.plot.pca_figure] (the token
+embeddings on their top two principal directions) and
+[`attention_figure`][gradflow.plot.attention_figure] (the attention at each
+stage boundary). The deep linear network:
+[`mode_strength_figure`][gradflow.plot.mode_strength_figure],
+[`learning_time_figure`][gradflow.plot.learning_time_figure]. The committee
+machine: [`order_parameter_figure`][gradflow.plot.order_parameter_figure],
+[`committee_phase_diagram`][gradflow.plot.committee_phase_diagram].
+"""
+
+# The generic figures first: the problems' figures below build on them and
+# register themselves with `figures`.
+from ..markov.plot import (  # noqa: E402
+    attention_figure as attention_figure,
+    pca_figure as pca_figure,
+    summary_figure as summary_figure,
+    token_label as token_label,
+    top_tokens as top_tokens,
+)
+from ..problems._committee.plot import (  # noqa: E402
+    committee_phase_diagram as committee_phase_diagram,
+    committee_plateau_length as committee_plateau_length,
+    order_parameter_figure as order_parameter_figure,
+)
+from ..problems._deep_linear.plot import (  # noqa: E402
+    half_times as half_times,
+    learning_time_figure as learning_time_figure,
+    mode_strength_figure as mode_strength_figure,
+)
+from ._base import (
+    STAGE_COLORS as STAGE_COLORS,
+    legend_beside as legend_beside,
+    positive_time as positive_time,
+    pyplot as pyplot,
+    save_figure as save_figure,
+    shade_stages as shade_stages,
+    stage_label as stage_label,
+)
+from ._problem import (
+    figures as figures,
+    plot_all as plot_all,
+    problem_summary_figure as problem_summary_figure,
+)
+from ._sweep import (
+    member_value as member_value,
+    phase_diagram as phase_diagram,
+    sweep_summary as sweep_summary,
+)
+
+
+plot_problem = plot_all
+"""The old name of [`plot_all`][gradflow.plot.plot_all] for problems beyond
+the paper's model (it draws every problem's figures now)."""
+
+__all__ = [
+    "STAGE_COLORS",
+    "attention_figure",
+    "committee_phase_diagram",
+    "committee_plateau_length",
+    "figures",
+    "half_times",
+    "learning_time_figure",
+    "legend_beside",
+    "member_value",
+    "mode_strength_figure",
+    "order_parameter_figure",
+    "pca_figure",
+    "phase_diagram",
+    "plot_all",
+    "plot_problem",
+    "positive_time",
+    "problem_summary_figure",
+    "pyplot",
+    "save_figure",
+    "shade_stages",
+    "stage_label",
+    "summary_figure",
+    "sweep_summary",
+    "token_label",
+    "top_tokens",
+]

@@ -1,0 +1,116 @@
+"""What every figure of gradflow shares: matplotlib loaded on demand (the
+`Agg` backend unless the user chose one), the colour of each stage kind,
+shaded stage intervals, legends beside their panels, and writing a figure as
+PNG (and PDF)."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .._result.trajectory import Trajectory
+
+
+# One colour per stage kind, told apart at a glance (plateaus blue, not the
+# grey of condensation).
+STAGE_COLORS = {
+    "condensation": "#8d8d8d",
+    "focus": "#ff9f1c",
+    "dilution": "#2ec4b6",
+    "new_direction": "#7b2cbf",
+    "plateau": "#4d96ff",
+    "drop": "#e63946",
+    "rank": "#6a994e",
+}
+
+
+def pyplot():
+    """`matplotlib.pyplot`, imported on first use (with the `Agg` backend
+    unless `MPLBACKEND` is set): importing gradflow does not import it."""
+    import matplotlib
+
+    if os.environ.get("MPLBACKEND") is None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def check_trajectory(traj) -> Trajectory:
+    """`traj`, or a `TypeError` naming what it is instead."""
+    if not isinstance(traj, Trajectory):
+        raise TypeError(f"expected a gradflow.Trajectory, got {type(traj).__name__}")
+    return traj
+
+
+def positive_time(traj) -> np.ndarray:
+    """Index of the save times > 0 (a log axis cannot show t = 0)."""
+    return np.flatnonzero(np.asarray(traj.ts) > 0)
+
+
+def stage_label(stage) -> str:
+    """A stage's name as a figure writes it (`new direction`)."""
+    return stage.name.replace("_", " ")
+
+
+def legend_beside(ax, **kwargs) -> None:
+    """A legend to the right of `ax`, off its curves (the constrained layout
+    keeps it inside the figure)."""
+    kwargs.setdefault("fontsize", 7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kwargs)
+
+
+def shade_stages(
+    ax,
+    stages,
+    *,
+    labels: bool = False,
+    alpha: float = 0.18,
+    colors: dict[str, str] | None = None,
+) -> None:
+    """Shades each stage's time interval on `ax` in its colour (`colors`, by
+    default [`STAGE_COLORS`][gradflow.plot.STAGE_COLORS]; a stage kind
+    missing from a given `colors` is not shaded), one legend entry per stage
+    kind with `labels`."""
+    palette = STAGE_COLORS if colors is None else colors
+    seen = set()
+    for s in stages:
+        t0, t1 = s.t_start, s.t_end
+        if not (np.isfinite(t0) and np.isfinite(t1)):
+            continue
+        if colors is not None and s.name not in colors:
+            continue
+        label = None
+        if labels and s.name not in seen:
+            label = stage_label(s)
+            seen.add(s.name)
+        ax.axvspan(max(t0, 1e-300), t1, color=palette.get(s.name, "#cccccc"),
+                   alpha=alpha, lw=0, label=label)  # fmt: skip
+
+
+def save_figure(
+    fig, stem: str | os.PathLike, formats: tuple[str, ...] = ("png", "pdf")
+) -> list[Path]:
+    """Saves `fig` as `stem.png` (150 dpi) and `stem.pdf` (or the `formats`
+    given), closes it, and returns the paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in formats:
+        path = stem.with_suffix(f".{ext}")
+        fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches="tight")
+        paths.append(path)
+    pyplot().close(fig)
+    return paths
+
+
+__all__ = [
+    "STAGE_COLORS",
+    "check_trajectory",
+    "legend_beside",
+    "positive_time",
+    "pyplot",
+    "save_figure",
+    "shade_stages",
+    "stage_label",
+]
