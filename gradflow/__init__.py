@@ -31,6 +31,7 @@ from ._core.records import (  # noqa: E402
     EventRecord as EventRecord,
     Stage as Stage,
     stage_events as stage_events,
+    stage_table as stage_table,
 )
 from ._event.events import (  # noqa: E402
     Event as Event,
@@ -178,6 +179,7 @@ __all__ = [
     "SOLVERS",
     "Stage",
     "stage_events",
+    "stage_table",
     "STAGE_KINDS",
     "StagedProblem",
     "StageThresholds",

@@ -245,7 +245,9 @@ class Run(eqx.Module):
         self.checkpoint = check_path(checkpoint)
         self.checkpoint_every = check_every(checkpoint_every)
         self.chunk_steps = (
-            None if chunk_steps is None else check_integer("chunk_steps", chunk_steps, 1)
+            None
+            if chunk_steps is None
+            else check_integer("chunk_steps", chunk_steps, 1)
         )
         self.devices = None if devices is None else tuple(devices)
         self.batch_size = (
@@ -311,7 +313,9 @@ def as_saveat(saveat) -> SaveAt:
     if saveat is None:
         return SaveAt()
     if not isinstance(saveat, SaveAt):
-        raise TypeError(f"saveat must be a gradflow.SaveAt, got {type(saveat).__name__}")
+        raise TypeError(
+            f"saveat must be a gradflow.SaveAt, got {type(saveat).__name__}"
+        )
     return saveat
 
 

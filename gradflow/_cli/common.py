@@ -222,3 +222,36 @@ def chain_from_args(args: argparse.Namespace):
         f"random(d={args.d}, seed={args.chain_seed}, "
         f"concentration={args.concentration:g}, exponent={args.exponent:g})",
     )
+
+
+def flow_options(args: argparse.Namespace):
+    """`(saveat, solver, run)` of the flow options every subcommand that
+    solves a flow shares (`--t1`, `--num-saves`, `--solver`, `--rtol`,
+    `--atol`, `--max-steps`, `--no-stages`, `--no-progress`, `--checkpoint`,
+    `--checkpoint-every`): the library's [`gradflow.SaveAt`][],
+    [`gradflow.Solver`][] and [`gradflow.Run`][]."""
+    import gradflow as gf
+
+    num_saves = getattr(args, "num_saves", None)
+    ts = None
+    if num_saves is not None:
+        if num_saves < 2:
+            raise ValueError(f"--num-saves must be at least 2, got {num_saves}")
+        if args.t1 > 0:
+            ts = gf.default_save_times(args.t1, num_saves)
+    saveat = gf.SaveAt(ts, stages=not getattr(args, "no_stages", False))
+    extra = {}
+    if getattr(args, "max_steps", None) is not None:
+        extra["max_steps"] = args.max_steps
+    solver = gf.Solver(
+        getattr(args, "solver", None),
+        rtol=getattr(args, "rtol", None),
+        atol=getattr(args, "atol", None),
+        **extra,
+    )
+    run = gf.Run(
+        progress=not getattr(args, "no_progress", False),
+        checkpoint=getattr(args, "checkpoint", None),
+        checkpoint_every=getattr(args, "checkpoint_every", 120.0),
+    )
+    return saveat, solver, run

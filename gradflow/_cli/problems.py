@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from .common import fail
+from .._problem.functions import loss_floor
+from .common import fail, flow_options
 
 
 BUILT_IN = ("deep-linear", "committee")
@@ -158,7 +159,7 @@ def _deep_linear(args):
         )
         hidden = tuple(args.hidden or [min(shape)])
         problem = gf.problems.DeepLinear(sxx, syx, hidden)
-        return problem, f"{problem.describe()} from {args.sigma_yx}"
+        return problem, f"{problem} from {args.sigma_yx}"
     s = args.singular_values
     n_in = len(s) + 2 if args.inputs is None else args.inputs
     n_out = len(s) + 1 if args.outputs is None else args.outputs
@@ -174,7 +175,7 @@ def _deep_linear(args):
         s, n_in=n_in, n_out=n_out, hidden=hidden, seed=seed
     )
     what = " ".join(f"{x:g}" for x in s)
-    return problem, f"{problem.describe()}, singular values {what}, seed {seed}"
+    return problem, f"{problem}, singular values {what}, seed {seed}"
 
 
 def _committee(args):
@@ -183,7 +184,7 @@ def _committee(args):
     if args.teacher is not None:
         V = _npy("--teacher", args.teacher)
         problem = gf.problems.Committee(V, students=args.students)
-        return problem, f"{problem.describe()}, teacher from {args.teacher}"
+        return problem, f"{problem}, teacher from {args.teacher}"
     inputs = 2 * args.teachers if args.inputs is None else args.inputs
     if args.teachers < 1 or inputs < args.teachers:
         raise ValueError(
@@ -199,8 +200,7 @@ def _committee(args):
     )
     how = "first unit vectors" if args.problem_seed is None else "random"
     return problem, (
-        f"{problem.describe()}, orthogonal teacher of norm {args.teacher_norm:g} "
-        f"({how})"
+        f"{problem}, orthogonal teacher of norm {args.teacher_norm:g} ({how})"
     )
 
 
@@ -246,7 +246,7 @@ def _factory(args):
             "gradflow.Problem"
         )
     what = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-    return problem, f"{problem.describe()} from {path}({what})"
+    return problem, f"{problem} from {path}({what})"
 
 
 def build_problem(args):
@@ -278,22 +278,6 @@ def write_csv(path: Path, rows, fields) -> None:
     atomic_write(path, lambda f: f.write(text.getvalue().encode()))
 
 
-def format_stage_table(stages) -> str:
-    """The generic stage records as a plain-text table."""
-    lines = [
-        f"{'stage':<8} {'cycle':>5} {'t_start':>11} {'t_end':>11} "
-        f"{'loss_start':>12} {'loss_end':>12}  rank"
-    ]
-    for s in stages:
-        extra = f"{s.leaf or '.'}: {s.rank}" if s.name == "rank" else ""
-        flag = "" if s.complete else "  (still open at t1)"
-        lines.append(
-            f"{s.name:<8} {s.cycle:>5} {s.t_start:>11.5g} {s.t_end:>11.5g} "
-            f"{s.loss_start:>12.6g} {s.loss_end:>12.6g}  {extra}{flag}"
-        )
-    return "\n".join(lines)
-
-
 def run_problem(args) -> int:
     """`gradflow run --problem ...`: solve, print the stage table, write
     `trajectory.npz`, `stages.csv`, `events.csv` and the figures."""
@@ -304,21 +288,15 @@ def run_problem(args) -> int:
         problem, description = build_problem(args)
         if args.num_saves < 2:
             raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
-        ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
-        extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
+        saveat, solver, run = flow_options(args)
         traj = gf.flow(
             problem,
             args.init_scale,
-            t1=args.t1,
-            ts=ts,
             seed=args.seed,
-            solver=args.solver,
-            rtol=args.rtol,
-            atol=args.atol,
-            progress=not args.no_progress,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-            **extra,
+            t1=args.t1,
+            saveat=saveat,
+            solver=solver,
+            run=run,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
         return fail("run", e, args.flags)
@@ -337,22 +315,22 @@ def run_problem(args) -> int:
             file=sys.stderr,
         )
         return 130
-    floor = problem.loss_floor()
+    floor = loss_floor(problem)
     print(f"problem: {description}")
     print(
         f"loss {traj.loss[0]:.6g} -> {traj.loss[-1]:.6g} at t = {traj.t_final:.6g}"
         + ("" if floor is None else f" (floor {floor:.6g})")
     )
     print(
-        f"{traj.stats['num_steps']} steps, {len(traj.events)} events, "
-        f"{traj.stats['wall_time']:.1f} s"
+        f"{traj.stats.num_steps} steps, {len(traj.events)} events, "
+        f"{traj.stats.wall_time:.1f} s"
     )
-    print(format_stage_table(traj.stages))
+    print(gf.stage_table(traj.stages))
     written = ["trajectory.npz", "stages.csv", "events.csv"]
     if not args.no_figures:
-        from ..markov import plot
+        import gradflow.plot as plot
 
-        written += [p.name for p in plot.plot_problem(traj, out, pdf=args.pdf)]
+        written += [p.name for p in plot.plot_all(traj, out, pdf=args.pdf)]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(
@@ -368,7 +346,6 @@ __all__ = [
     "BUILT_IN",
     "add_problem_arguments",
     "build_problem",
-    "format_stage_table",
     "run_problem",
     "write_csv",
 ]

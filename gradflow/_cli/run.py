@@ -13,6 +13,7 @@ from .common import (
     chain_from_args,
     fail,
     flag_names,
+    flow_options,
 )
 from .preload import preload_figures
 from .problems import add_problem_arguments, run_problem
@@ -195,23 +196,6 @@ def write_csv(path: Path, rows, fields) -> None:
     atomic_write(path, write)
 
 
-def format_stage_table(stages) -> str:
-    """A plain-text table of stage records."""
-    lines = [
-        f"{'stage':<14} {'cycle':>5} {'t_start':>10} {'t_end':>10} "
-        f"{'loss_start':>10} {'loss_end':>10}  tokens"
-    ]
-    for s in stages:
-        tokens = ",".join(s.token_labels)
-        flag = "" if s.complete else "  (still open at t1)"
-        lines.append(
-            f"{s.name:<14} {s.cycle:>5} "
-            f"{s.t_start:>10.4g} {s.t_end:>10.4g} "
-            f"{s.loss_start:>10.5f} {s.loss_end:>10.5f}  {tokens}{flag}"
-        )
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     if args.problem is not None:  # any other problem: gradflow/_cli/problems.py
         return run_problem(args)
@@ -236,23 +220,17 @@ def _run_chain(args) -> int:
         model = model_from_args(args)
         if args.num_saves < 2:
             raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
-        ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
-        extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
+        saveat, solver, run = flow_options(args)
         traj = gf.integrate(
             chain,
             args.init_scale,
             width=args.width,
-            t1=args.t1,
-            ts=ts,
-            seed=args.seed,
-            solver=args.solver,
-            rtol=args.rtol,
-            atol=args.atol,
-            progress=not args.no_progress,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
             model=model,
-            **extra,
+            seed=args.seed,
+            t1=args.t1,
+            saveat=saveat,
+            solver=solver,
+            run=run,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
         return fail("run", e, args.flags)
@@ -272,27 +250,27 @@ def _run_chain(args) -> int:
             file=sys.stderr,
         )
         return 130
-    levels = gf.entropy_bounds(chain)
+    levels = gf.markov.entropy_bounds(chain)
     print(f"chain: {description}; model: {model.label}")
     print(
         f"loss {traj.loss[0]:.5f} -> {traj.loss[-1]:.5f} at t = {traj.t_final:.6g} "
         f"(log d = {levels['log_d']:.5f}, H(pi) = {levels['unigram']:.5f}, "
         f"conditional entropy = {levels['conditional']:.5f})"
     )
-    resumed = traj.stats.get("resumed_from")
+    resumed = traj.stats.resumed_from
     print(
-        f"{traj.stats['num_steps']} steps, {len(traj.events)} events, "
-        f"{traj.stats['wall_time']:.1f} s"
+        f"{traj.stats.num_steps} steps, {len(traj.events)} events, "
+        f"{traj.stats.wall_time:.1f} s"
         + (
             ""
             if resumed is None
             else f" (resumed from the checkpoint at t = {resumed:.6g})"
         )
     )
-    print(format_stage_table(traj.stages))
+    print(gf.stage_table(traj.stages))
     written = ["trajectory.npz", "stages.csv", "events.csv", "command.json"]
     if not args.no_figures:
-        from ..markov import plot
+        import gradflow.plot as plot
 
         written += [
             p.name for p in plot.plot_all(traj, out, title=description, pdf=args.pdf)

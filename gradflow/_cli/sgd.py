@@ -68,10 +68,8 @@ def model_from_args(args: argparse.Namespace):
     `ValueError` naming the flag for a bad value."""
     import gradflow as gf
 
-    from ..markov.variants import MAX_LAYERS
-
     heads = _int_flag("--heads", args.heads, 1)
-    layers = _int_flag("--layers", args.layers, 1, MAX_LAYERS)
+    layers = _int_flag("--layers", args.layers, 1, gf.Model.MAX_LAYERS)
     norm = str(args.norm).lower()
     if norm not in ("none", "rms", "layer"):
         raise ValueError(f"--norm must be one of none, rms, layer, got {args.norm!r}")
@@ -148,7 +146,7 @@ def stream_from_text_args(args: argparse.Namespace):
     `builtin`): a mistyped path is an error, never read as text."""
     if getattr(args, "text", None) is None:
         return None
-    from ..markov import text
+    import gradflow.text as text
 
     source = None
     if args.text != "builtin":
@@ -186,7 +184,7 @@ def register(subparsers) -> None:
         "sgd",
         help="SGD of the finite-context model, on the flow's time axis",
         description=(
-            "Train the finite-context model (SPEC section 2) with SGD on sequences of "
+            "Train the finite-context model (docs/model.md) with SGD on sequences of "
             "a Markov chain or windows of a text; log it at t = lr * step and score "
             "each saved iterate with the population loss. With --flow, also "
             "integrate the population flow from the same start and compare. With "
@@ -282,12 +280,12 @@ def _summary_lines(run, chain, width: int, summary: dict) -> list[str]:
     import gradflow as gf
 
     s = run.settings
-    levels = gf.entropy_bounds(chain)
+    levels = gf.markov.entropy_bounds(chain)
     lines = [
         f"SGD of the finite-context model: d = {chain.d}, width {width}, "
-        f"context {s.get('context')}, batch {s.get('batch_size')}, lr "
-        f"{s.get('lr'):g}, t1 = {run.ts[-1]:g} ({run.stats['num_steps']} steps in "
-        f"{run.stats['wall_time']:.1f} s)",
+        f"context {run.problem.context}, batch {s.batch_size}, lr "
+        f"{s.lr:g}, t1 = {run.ts[-1]:g} ({run.stats.num_steps} steps in "
+        f"{run.stats.wall_time:.1f} s)",
         f"population loss {run.population_loss[0]:.6f} -> "
         f"{run.population_loss[-1]:.6f} (log d = {levels['log_d']:.5f}, H(pi) = "
         f"{levels['unigram']:.5f}, conditional entropy "
@@ -333,22 +331,27 @@ def main(args: argparse.Namespace) -> int:
         # the random start drawn by train_sgd (after its checks, so bad input
         # is refused before anything is compiled); the flow below starts from
         # the run's first saved point
+        sgd = gf.SGD(
+            args.lr,
+            args.batch_size,
+            optimizer=optimizer,
+            num_sequences=args.num_sequences,
+            dtype=args.dtype,
+        )
         run = gf.train_sgd(
             source,
             init_scale=args.init_scale,
+            seed=args.seed,
+            t1=args.t1,
+            sgd=sgd,
+            run=gf.Run(
+                progress=not args.no_progress,
+                checkpoint=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+            ),
             width=args.width,
             model=model,
-            seed=args.seed,
             context=args.context,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            t1=args.t1,
-            num_sequences=args.num_sequences,
-            optimizer=optimizer,
-            progress=not args.no_progress,
-            dtype=args.dtype,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
         return fail("sgd", e, args.flags)
@@ -383,9 +386,9 @@ def main(args: argparse.Namespace) -> int:
         "chain": description,
         "final_population_loss": float(run.population_loss[-1]),
         "final_train_loss": float(run.train_loss[-1]),
-        "entropy_bounds": gf.entropy_bounds(chain),
-        "settings": run.settings,
-        "stats": run.stats,
+        "entropy_bounds": gf.markov.entropy_bounds(chain),
+        "settings": run.settings.to_dict(),
+        "stats": run.stats.to_dict(),
     }
     saved = _save_run(run, args.out)
     if saved is not None:
@@ -399,8 +402,8 @@ def main(args: argparse.Namespace) -> int:
                 chain,
                 params=start,
                 t1=float(run.ts[-1]),
-                ts=run.ts,
-                progress=not args.no_progress,
+                saveat=gf.SaveAt(run.ts),
+                run=gf.Run(progress=not args.no_progress),
             )
         except KeyboardInterrupt:
             where = f"; the SGD run is saved to {saved}" if saved is not None else ""
@@ -411,7 +414,7 @@ def main(args: argparse.Namespace) -> int:
         if args.out is not None:
             traj.save(args.out / "trajectory.npz")
             if not args.no_figures:
-                png, pdf = cmp.save_figure(args.out / "compare", title=description)
+                png, pdf = cmp.save_figure(args.out / "compare", title=description)[:2]
                 summary["figure"] = [str(png), str(pdf)]
     if args.json:
         print(json.dumps(summary, indent=1, default=str))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import add_subcommand, fail, flag_names
+from .common import add_subcommand, fail, flag_names, flow_options
 from .sgd import add_model_arguments, model_from_args
 
 
@@ -220,7 +220,7 @@ def _chain(family: str, d: int, values: dict):
 
 
 def _figures(sw, out: Path, labels: dict, n_scales: int, n_seeds: int) -> list[Path]:
-    from ..markov import plot
+    import gradflow.plot as plot
 
     paths = plot.save_figure(plot.sweep_summary(sw), out / "sweep_summary")
     if labels:
@@ -258,26 +258,23 @@ def run(args) -> int:
             labels: dict[str, Sequence] = {
                 name: [c[list(grid).index(name)] for c in combos] for name in swept
             }
-            t1 = args.t1
-            ts = gf.default_save_times(t1, args.num_saves)
+            saveat, solver, _ = flow_options(args)
             start = time.perf_counter()
             sw = gf.sweep(
                 chains,
                 init_scale=scales,
                 seeds=seeds,
-                width=width,
-                t1=t1,
-                ts=ts,
+                t1=args.t1,
                 labels=labels,
-                solver=args.solver,
-                rtol=args.rtol,
-                atol=args.atol,
-                max_steps=args.max_steps,
-                stages=not args.no_stages,
-                progress=not args.no_progress,
-                checkpoint=_checkpoint_path(args, d, width, len(groups) > 1),
+                saveat=saveat,
+                solver=solver,
+                run=gf.Run(
+                    progress=not args.no_progress,
+                    checkpoint=_checkpoint_path(args, d, width, len(groups) > 1),
+                    batch_size=args.batch_size,
+                ),
+                width=width,
                 model=model,
-                batch_size=args.batch_size,
             )
         except (TypeError, ValueError, FileNotFoundError) as e:
             return fail("sweep", e, args.flags)
@@ -293,7 +290,7 @@ def run(args) -> int:
         print(
             f"{args.chain} d={d} width={width}: {len(sw)} members "
             f"({len(chains)} chains x {len(scales)} init scales x {len(seeds)} seeds) "
-            f"on {sw.stats['num_devices']} device(s), {n_ok} ok, "
+            f"on {sw.stats.num_devices} device(s), {n_ok} ok, "
             f"{len(sw) - n_ok} failed, {wall:.1f} s"
         )
         for i in np.flatnonzero(~sw.ok):

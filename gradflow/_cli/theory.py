@@ -94,21 +94,24 @@ def run(args: argparse.Namespace) -> int:
 def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     """Loss and |grad L| against time with the refined critical points, and
     the predicted escape rates drawn as slopes on the measured |grad L|."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    import gradflow as gf
+    import gradflow.plot as plot
+
+    from .._problem.functions import describe
     from ..theory import flank_rate
+
+    plt = plot.pyplot()
 
     ts = np.asarray(traj.ts)
     keep = ts > 0
     fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
     ax0.plot(ts[keep], traj.loss[keep], color="k", lw=1.5, label="loss $L(t)$")
-    bounds = gf_bounds(traj)
-    for name, value, style in bounds:
-        ax0.axhline(value, color="grey", ls=style, lw=0.8, label=name)
+    styles = (":", "--", "-.", (0, (1, 3)))
+    levels = {} if traj.problem is None else gf.loss_levels(traj.problem)
+    for j, (name, value) in enumerate(levels.values()):
+        ax0.axhline(value, color="grey", ls=styles[j % 4], lw=0.8, label=name)
     for cp in points:
         t = max(cp.t, ts[keep][0])
         color = "C3" if cp.kind == "saddle" else "C2"
@@ -148,30 +151,10 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     ax1.set_xlabel("gradient-flow time $t$")
     ax1.set_ylabel(r"$|\nabla L|$")
     ax1.legend(fontsize=7, loc="lower left")
-    fig.suptitle(
-        f"gradflow theory: d = {traj.chain.d}, m = {traj.params.m}, model "
-        f"{_model_label(traj)}",
-        fontsize=10,
-    )
+    fig.suptitle(f"gradflow theory: {describe(traj.problem)}", fontsize=10)
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     fig.savefig(paths[0], dpi=110)
     fig.savefig(paths[1])
     plt.close(fig)
     return paths
-
-
-def _model_label(traj) -> str:
-    from ..markov.model import model_of
-
-    return model_of(traj.params).label
-
-
-def gf_bounds(traj):
-    import math
-
-    return [
-        ("$\\log d$", math.log(traj.chain.d), ":"),
-        ("$H(\\pi)$", float(traj.chain.unigram_entropy), "--"),
-        ("$H(P|\\pi)$", float(traj.chain.conditional_entropy), "-."),
-    ]

@@ -125,7 +125,7 @@ def read_npz_with_meta(
         raise ValueError(f"'{path}' has corrupt gradflow metadata: not a JSON object")
     found = meta.get("format")
     if found != expected_format:
-        hint = f"; read it with {readers[found]}" if found in readers else ""
+        hint = f"; read it with {readers[found]}" if found in readers else ""  # pyright: ignore[reportArgumentType]
         raise ValueError(
             f"'{path}' is a {found!r} file, not a {expected_format!r} file{hint}"
         )

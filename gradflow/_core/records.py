@@ -263,6 +263,38 @@ def stage_events(stages) -> tuple[EventRecord, ...]:
     return tuple(out)
 
 
+def stage_table(stages) -> str:
+    """Stage records as a plain-text table, one row per stage: its name,
+    cycle, start and end (times and losses), and where any stage has them
+    the tokens involved (their labels) or the leaf and rank of a `rank`
+    record; a stage still open at the last save is flagged. Losses are
+    printed with 5 decimals, or with 6 significant digits where one is
+    below 1e-3 (a loss that falls to 0)."""
+    stages = tuple(stages)
+    losses = [abs(x) for s in stages for x in (s.loss_start, s.loss_end)]
+    fixed = all(x >= 1e-3 or x == 0 for x in losses if math.isfinite(x))
+    fmt = ">10.5f" if fixed else ">12.6g"
+    width = 10 if fixed else 12
+    tokens = any(s.tokens for s in stages)
+    ranks = any(s.name == "rank" for s in stages)
+    extra = "  tokens" if tokens else ("  rank" if ranks else "")
+    lines = [
+        f"{'stage':<14} {'cycle':>5} {'t_start':>10} {'t_end':>10} "
+        f"{'loss_start':>{width}} {'loss_end':>{width}}{extra}"
+    ]
+    for s in stages:
+        if s.name == "rank":
+            details = f"{s.leaf or '.'}: {s.rank}"
+        else:
+            details = ",".join(s.token_labels)
+        flag = "" if s.complete else "  (still open at t1)"
+        lines.append(
+            f"{s.name:<14} {s.cycle:>5} {s.t_start:>10.4g} {s.t_end:>10.4g} "
+            f"{s.loss_start:{fmt}} {s.loss_end:{fmt}}  {details}{flag}"
+        )
+    return "\n".join(lines)
+
+
 __all__ = [
     "BUILTIN_EVENTS",
     "SADDLE_EVENTS",
@@ -271,4 +303,5 @@ __all__ = [
     "Record",
     "Stage",
     "stage_events",
+    "stage_table",
 ]

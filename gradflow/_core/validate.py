@@ -57,7 +57,9 @@ def check_init_scale(init_scale) -> float:
     if not is_number(init_scale):
         # A starting point (a PyTree of arrays, e.g. a gradflow.Params) given
         # in its place.
-        leaves = [] if isinstance(init_scale, (str, bytes)) else jax.tree.leaves(init_scale)
+        leaves = (
+            [] if isinstance(init_scale, (str, bytes)) else jax.tree.leaves(init_scale)
+        )
         if leaves and any(np.ndim(x) > 0 for x in leaves):
             raise TypeError(
                 f"init_scale must be a positive number, got a "

@@ -89,7 +89,9 @@ def prepare(
     t1 = check_positive_finite("t1", t1)
     seed = check_seed(seed)
     solver_obj, solver_name = resolve_solver(options.method)
-    ts = default_save_times(t1) if saveat.ts is None else check_save_times(saveat.ts, t1)
+    ts = (
+        default_save_times(t1) if saveat.ts is None else check_save_times(saveat.ts, t1)
+    )
     problem_dt = astype(problem, jdtype)
     params0, init_scale = initial_point(
         problem_dt, init_scale=init_scale, params=params, seed=seed, dtype=jdtype

@@ -54,7 +54,7 @@ def problem_inputs(arrays: dict[str, Any]) -> dict[str, Any]:
 
 def _input_name(group: str) -> str:
     if group.startswith(PROBLEM_PREFIX):
-        return f"the problem's {group[len(PROBLEM_PREFIX):]}"
+        return f"the problem's {group[len(PROBLEM_PREFIX) :]}"
     return _INPUT_NAMES.get(group, group)
 
 

@@ -215,13 +215,15 @@ def read_result(cls, path, what: str):
         legacy = meta["format_version"] < 2
         if legacy:
             problem = legacy_problem(
-                path, meta["settings"], meta.get("tokens"), arrays["P"], arrays.get("pi")
+                path,
+                meta["settings"],
+                meta.get("tokens"),
+                arrays["P"],
+                arrays.get("pi"),
             )
         else:
             problem = read_problem(path, meta.get("problem"), arrays)
-        return cls(
-            **result_fields(cls, meta, arrays, problem=problem, legacy=legacy)
-        )
+        return cls(**result_fields(cls, meta, arrays, problem=problem, legacy=legacy))
     except KeyError as e:
         raise ValueError(
             f"'{path}' is an incomplete gradflow {what}: missing {e}"

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
-from .._problem.base import Problem
+from .._problem.base import SampledProblem
 
 
 # Steps run inside one compiled call between looks of the host (progress,
@@ -35,7 +35,7 @@ class FixedData(eqx.Module):
     (without replacement). With `batch_size = N` every step is a full-batch
     gradient step."""
 
-    problem: Problem
+    problem: SampledProblem
     data: PyTree
 
     def sample(self, key: PRNGKeyArray, n: int) -> PyTree:

@@ -11,7 +11,7 @@ objects that describe a problem are turned into one by
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -31,7 +31,7 @@ from .._loop.checkpoint import Checkpointer, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
 from .._options import SGD, Run, SaveAt, as_run, as_saveat, as_sgd
 from .._problem.adapt import as_problem
-from .._problem.base import Problem
+from .._problem.base import Problem, SampledProblem
 from .._problem.files import fingerprint as problem_fingerprint
 from .._problem.functions import analyse, astype, check_sampled, problem_loss_scale
 from .._result.codes import RESULTS
@@ -70,8 +70,8 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
 class _Setup(eqx.Module):
     """Everything `train_sgd` checked and derived, before anything is compiled."""
 
-    problem: Problem
-    problem_dt: Problem
+    problem: SampledProblem
+    problem_dt: SampledProblem
     params0: Any
     steps: np.ndarray
     settings: SGDSettings
@@ -98,7 +98,7 @@ def _prepare(problem, params, *, init_scale, seed, t1, sgd, saveat, run, options
     t1 = check_positive_finite("t1", t1)
     seed = check_seed(seed)
     steps = sgd_save_steps(saveat.ts, sgd.lr, t1)
-    problem_dt = astype(problem, jdtype)
+    problem_dt = cast(SampledProblem, astype(problem, jdtype))
     params0, init_scale = initial_point(
         problem_dt, init_scale=init_scale, params=params, seed=seed, dtype=jdtype
     )

@@ -282,9 +282,7 @@ class SweepJob(Job):
         self.max_steps = setups[0].max_steps
 
     def running(self, state) -> bool:
-        running, steps = self.batch.by_member(
-            to_host((state.running, state.num_steps))
-        )
+        running, steps = self.batch.by_member(to_host((state.running, state.num_steps)))
         # Out of steps: still at a chunk boundary with max_steps taken
         # (recomputed each time: a resumed sweep may raise max_steps).
         running = np.asarray(running, bool)

@@ -350,7 +350,9 @@ def _settings(plan: _Plan) -> SweepSettings:
         events=first.events,
         num_members=len(setups),
         num_problems=len(plan.problems),
-        init_scale=tuple(m.init_scale for m in members) if random else None,
+        init_scale=(
+            tuple(float(m.init_scale or 0.0) for m in members) if random else None
+        ),
         seeds=(
             tuple(sorted({m.seed for m in members if m.seed is not None}))
             if random
@@ -517,9 +519,7 @@ def sweep(
         progress=plan.run.progress and jax.process_index() == 0,
         checkpoint=ckpt,
     )
-    result = _assemble(
-        plan, batch, job, driven, settings=settings, start=start
-    )
+    result = _assemble(plan, batch, job, driven, settings=settings, start=start)
     if driven.interrupted:
         raise interrupted(interrupted_message("sweep interrupted", ckpt), result, ckpt)
     return result

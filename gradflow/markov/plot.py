@@ -20,7 +20,6 @@ $\pi$) and group the rest, and every legend sits beside its panel, never on
 its curves.
 """
 
-
 import equinox as eqx
 import numpy as np
 
@@ -38,7 +37,7 @@ from ..plot._base import (
 from ..plot._problem import figures
 from .chain import entropy_bounds
 from .model import attention_summary
-from .problem import MarkovAttention
+from .problem import MarkovAttention, chain_of
 
 
 # Tokens named in a legend or drawn in colour: the most frequent by pi; the
@@ -82,7 +81,7 @@ def token_label(chain, k: int) -> str:
 
 
 def _labels(traj: Trajectory) -> list[str]:
-    return [token_label(traj.problem.chain, k) for k in range(traj.problem.chain.d)]
+    return [token_label(chain_of(traj), k) for k in range(chain_of(traj).d)]
 
 
 def top_tokens(chain, k: int = TOP_TOKENS) -> np.ndarray:
@@ -104,7 +103,7 @@ def _title(traj: Trajectory, what: str, title: str | None) -> str:
     s = traj.settings
     width = getattr(traj.problem, "width", None)
     run = f"width {width}, init scale {s.init_scale}, seed {s.seed}"
-    return f"{what}\n{title or describe_chain(traj.problem.chain)}; {run}"
+    return f"{what}\n{title or describe_chain(chain_of(traj))}; {run}"
 
 
 def _mark_cycles(ax, stages, t_lo: float) -> None:
@@ -125,9 +124,9 @@ def _token_lines(ax, x, values, traj: Trajectory, *, ls="-", lw=1.2, label=True)
     has a token axis too): the `TOP_TOKENS` most frequent in colour (named),
     the others thin and grey under one legend entry."""
     labels = _labels(traj)
-    pi = np.asarray(traj.problem.chain.pi)
-    top = top_tokens(traj.problem.chain)
-    rest = np.setdiff1d(np.arange(traj.problem.chain.d), top)
+    pi = np.asarray(chain_of(traj).pi)
+    top = top_tokens(chain_of(traj))
+    rest = np.setdiff1d(np.arange(chain_of(traj).d), top)
     x = np.asarray(x)
 
     def xs(k):
@@ -159,7 +158,7 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
         for k, v in traj.extras.items()
         if not k.startswith("event_")
     }
-    levels = entropy_bounds(traj.problem.chain)
+    levels = entropy_bounds(chain_of(traj))
     fig, axes = plt.subplots(6, 1, figsize=(11, 15), sharex=True, layout="constrained")
     for ax in axes:
         shade_stages(ax, traj.stages, labels=ax is axes[0])
@@ -234,7 +233,7 @@ def pca_figure(traj: Trajectory, *, title: str | None = None):
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.8), layout="constrained")
     ax = axes[0]
     _token_lines(ax, coords[:, :, 0], coords[:, :, 1], traj)
-    top = top_tokens(traj.problem.chain)
+    top = top_tokens(chain_of(traj))
     for j, k in enumerate(top):
         ax.scatter(coords[-1, k, 0], coords[-1, k, 1], color=f"C{j}", s=30, zorder=3)
     ax.scatter([0], [0], marker="+", color="black", s=60, label="origin")
@@ -266,7 +265,7 @@ _attention = eqx.filter_jit(attention_summary)
 
 def _attention_at(traj: Trajectory, i: int) -> np.ndarray:
     """The attention matrix at save `i`, from the saved parameters."""
-    return np.asarray(_attention(traj.params[i], traj.problem.chain))
+    return np.asarray(_attention(traj.params[i], chain_of(traj)))
 
 
 def _boundaries(traj: Trajectory) -> list[tuple[float, str]]:
@@ -291,7 +290,7 @@ def _attention_view(A: np.ndarray, traj: Trajectory):
     d = A.shape[0]
     if d <= TOP_ATTENTION:
         return A, labels, labels
-    top = top_tokens(traj.problem.chain, TOP_ATTENTION)
+    top = top_tokens(chain_of(traj), TOP_ATTENTION)
     rest = np.setdiff1d(np.arange(d), top)
     view = np.concatenate(
         [A[np.ix_(top, top)], A[np.ix_(top, rest)].sum(1)[:, None]], 1
@@ -331,7 +330,7 @@ def attention_figure(
     n = len(picks)
     cols = min(4, n)
     rows = int(np.ceil(n / cols))
-    d = traj.problem.chain.d
+    d = chain_of(traj).d
     small = d <= TOP_ATTENTION
     size = 3.6 if small else 4.6
     fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.2, size * rows + 0.8),

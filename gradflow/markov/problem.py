@@ -262,6 +262,18 @@ def _(
     )
 
 
+def chain_of(result) -> MarkovChain:
+    """The chain of a result (a trajectory, sweep member or SGD run) of the
+    paper's model, or a `TypeError` saying what the result is of."""
+    problem = getattr(result, "problem", None)
+    if not isinstance(problem, MarkovAttention):
+        raise TypeError(
+            "expected a result of the paper's model (gradflow.problems."
+            f"MarkovAttention), got one of {type(problem).__name__}"
+        )
+    return problem.chain
+
+
 def check_start(problem: MarkovAttention, params, dtype) -> AnyParams:
     """A given point of the paper's model for `problem`: the checks of
     [`check_point`][gradflow.markov.model.check_point] (its messages name
@@ -344,6 +356,7 @@ def stages_from_params(
 __all__ = [
     "MAX_SAVED_ATTENTION_D",
     "MarkovAttention",
+    "chain_of",
     "check_chain",
     "check_start",
     "markov_problem",

@@ -29,7 +29,7 @@ from .predictions import (
     unigram_point,
     unstable_amplitude,
 )
-from .problem import MarkovAttention
+from .problem import MarkovAttention, chain_of
 from .variants import Model, VariantParams
 
 
@@ -41,7 +41,7 @@ from .variants import Model, VariantParams
 def _origin_rows(traj: Trajectory) -> list[dict[str, Any]]:
     """The rows of the escape from the origin (empty if the linear regime has
     fewer than 3 saves)."""
-    chain = traj.problem.chain
+    chain = chain_of(traj)
     pi = np.asarray(chain.pi)
     d = chain.d
     u = pi - 1.0 / d
@@ -82,7 +82,9 @@ def _origin_rows(traj: Trajectory) -> list[dict[str, Any]]:
     U1, _, _ = np.linalg.svd(np.asarray(P.W1[i_end]))
     cos0 = abs(V0[0] @ pi) / np.linalg.norm(pi)
     cos1 = abs(U1[:, 0] @ u) / np.linalg.norm(u)
-    rows.append(report_row("W0 alignment with pi", 1.0, cos0, f"at t = {ts[i_end]:.4g}"))
+    rows.append(
+        report_row("W0 alignment with pi", 1.0, cos0, f"at t = {ts[i_end]:.4g}")
+    )
     rows.append(
         report_row("W1 alignment with pi - 1/d", 1.0, cos1, f"at t = {ts[i_end]:.4g}")
     )
@@ -113,7 +115,7 @@ def _unigram_rows(
 ) -> list[dict[str, Any]]:
     """The rows of the unigram plateau (`points[k]`) and of the focus that
     leaves it."""
-    chain = traj.problem.chain
+    chain = chain_of(traj)
     pi = np.asarray(chain.pi)
     ts = np.asarray(traj.ts)
     P = traj.params
@@ -228,7 +230,7 @@ def _variant_rows(
     """The rows that apply to every model variant: the escape rate from the
     origin predicted by the Hessian there (not the minimal model's closed
     form), the unigram plateau's loss, and each saddle's escape rate."""
-    chain = traj.problem.chain
+    chain = chain_of(traj)
     model = model_of(traj.params)
     P = traj.params
     ts = np.asarray(traj.ts)
@@ -290,7 +292,7 @@ def _(problem: MarkovAttention, traj: Trajectory, points: list[CriticalPoint]):
     if not model_of(traj.params).minimal:
         return _variant_rows(traj, points)
     rows = _origin_rows(traj)
-    H_pi = float(traj.problem.chain.unigram_entropy)
+    H_pi = float(chain_of(traj).unigram_entropy)
     unigram = [
         k for k, p in enumerate(points) if abs(p.loss - H_pi) <= 1e-6 * max(1.0, H_pi)
     ]

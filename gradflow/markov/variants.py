@@ -13,7 +13,7 @@ finite-context model (keys are positions, causal), both through the one
 attention primitive [`gradflow._attention.attention_weights`][].
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -62,6 +62,8 @@ class Model(eqx.Module):
 
     **Example:** `gf.Model(heads=2, value=True, residual=True, norm="rms")`.
     """
+
+    MAX_LAYERS: ClassVar[int] = MAX_LAYERS
 
     heads: int = eqx.field(static=True, default=1)
     layers: int = eqx.field(static=True, default=1)

@@ -10,8 +10,9 @@ writes.
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def problem_summary_figure(traj: Trajectory, *, title: str | None = None):
 
 
 @functools.singledispatch
-def figures(problem, traj) -> dict[str, Callable[..., object]]:
+def figures(problem, traj) -> Mapping[str, Callable[..., Any]]:
     """The figures of a trajectory of `problem`: `{file stem: function}`,
     each function `fn(traj, title=None) -> Figure`. By default the generic
     summary ([`problem_summary_figure`][gradflow.plot.problem_summary_figure]);

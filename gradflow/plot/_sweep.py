@@ -312,10 +312,7 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
         for m in sw.members:
             parts = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in m.labels.items()]  # fmt: skip
-            if (
-                m.init_scale is not None
-                and len(set(sw.settings.init_scale or ())) > 1
-            ):
+            if m.init_scale is not None and len(set(sw.settings.init_scale or ())) > 1:
                 parts.append(f"eps={m.init_scale:.3g}")
             parts.append(f"seed {m.seed}" if m.seed is not None else f"start {m.start}")
             names.append(", ".join(parts))
@@ -325,7 +322,6 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     fig.suptitle(title or f"sweep of {n} members: loss and stages", fontsize=11)
     fig.tight_layout()
     return fig
-
 
 
 __all__ = ["member_value", "origin_rate", "phase_diagram", "sweep_summary"]

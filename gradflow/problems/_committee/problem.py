@@ -11,7 +11,6 @@ $L = \frac12 E[(\sum_k g(w_k\cdot x) - \sum_n g(v_n\cdot x))^2]$ is a function
 of the order parameters $R = WV^\top$, $Q = WW^\top$ and $T = VV^\top$ alone.
 """
 
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp

@@ -146,4 +146,10 @@ def deep_linear_saddle_rate(problem: DeepLinear, k: int) -> float:
     return float(s[k])
 
 
-__all__ = ["balanced_start", "deep_linear_saddle", "deep_linear_saddle_rate", "saxe_learning_time", "saxe_mode_strength"]
+__all__ = [
+    "balanced_start",
+    "deep_linear_saddle",
+    "deep_linear_saddle_rate",
+    "saxe_learning_time",
+    "saxe_mode_strength",
+]
