@@ -27,7 +27,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    kw = dict(width=8, t1=args.t1, progress=False)
+    kw = dict(width=8, t1=args.t1, run=gf.Run(progress=False))
     gf.integrate(chain, 1e-3, **kw)  # compile
     cases = {"no checkpoint": None, "every 120 s (default)": 120.0, "every chunk": 0.0}
     times = {k: [] for k in cases}
@@ -48,10 +48,10 @@ def main():
                     info[name] = (extra["checkpoint"].stat().st_size, traj)
         path = Path(tmp) / f"0-{120.0}.npz"
         start = time.perf_counter()
-        again = gf.integrate(chain, 1e-3, **kw, checkpoint=path)
+        again = gf.integrate(chain, 1e-3, **kw, run=gf.Run(checkpoint=path))
         t_again = time.perf_counter() - start
     base = np.median(times["no checkpoint"])
-    steps = info["every chunk"][1].stats["num_steps"]
+    steps = info["every chunk"][1].stats.num_steps
     events = len(info["every chunk"][1].events)
     print(f"t1 = {args.t1:g}: {steps} steps, {events} events; medians of {args.reps}")
     print(f"{'case':<24} {'wall s':>8} {'ratio':>7} {'file MB':>8}")
@@ -61,7 +61,7 @@ def main():
         print(f"{name:<24} {med:8.3f} {med / base:7.3f} {size}")
     print(
         f"again on the finished checkpoint: {t_again:.3f} s "
-        f"(resumed_from = {again.stats['resumed_from']})"
+        f"(resumed_from = {again.stats.resumed_from})"
     )
 
 

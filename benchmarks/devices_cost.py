@@ -21,7 +21,9 @@ def child() -> None:
     import gradflow as gf
 
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    kw = dict(width=8, t1=20000.0, progress=False, stages=False)
+    kw = dict(
+        width=8, t1=20000.0, run=gf.Run(progress=False), saveat=gf.SaveAt(stages=False)
+    )
     gf.integrate(chain, 1e-3, **dict(kw, t1=1.0))
     gf.integrate(chain, 1e-3, **kw)
     walls, cpus = [], []

@@ -47,7 +47,7 @@ def field(s, k):
     return s[k] if isinstance(s, dict) else getattr(s, k)
 stages_out = [[field(s, "name"), field(s, "t_start"), field(s, "t_end")] for s in tr.stages]
 np.savez(out, ts=tr.ts, loss=tr.loss, **{n: np.asarray(getattr(tr.params, n)) for n in ("W0", "W1", "WQ", "WK")})
-json.dump({"stages": stages_out, "steps": tr.stats["num_steps"], "ok": bool(tr.ok), "wall": tr.stats["wall_time"]}, open(out + ".json", "w"))
+json.dump({"stages": stages_out, "steps": tr.stats.num_steps, "ok": bool(tr.ok), "wall": tr.stats.wall_time}, open(out + ".json", "w"))
 """
 
 

@@ -56,9 +56,9 @@ PARTS = ("literature", "sgd", "sweeps", "performance")
 # The problems of the tests (tests/test_deep_linear.py, tests/test_committee.py)
 S = np.array([3.0, 1.0, 0.3])
 DEEP = random_deep_linear(S, n_in=5, n_out=4, hidden=(4,), seed=1)
-DEEP_KW = dict(init_scale=1e-4, t1=60.0, progress=False)
+DEEP_KW = dict(init_scale=1e-4, t1=60.0, run=gf.Run(progress=False))
 COMMITTEE = gf.problems.Committee(orthogonal_teacher(3, 6), students=3)
-COMMITTEE_KW = dict(init_scale=1e-3, t1=1000.0, progress=False)
+COMMITTEE_KW = dict(init_scale=1e-3, t1=1000.0, run=gf.Run(progress=False))
 
 
 def crossing(ts, loss, level) -> float:
@@ -110,11 +110,17 @@ def deep_linear_literature(out: dict) -> list[dict]:
     u0 = 1e-3
     start = gf.theory.balanced_start(DEEP, np.full(3, u0))
     for rtol in (None, 1e-8):
-        flow = gf.flow(DEEP, params=start, t1=30.0, rtol=rtol, progress=False)
+        flow = gf.flow(
+            DEEP,
+            params=start,
+            t1=30.0,
+            solver=gf.Solver(rtol=rtol),
+            run=gf.Run(progress=False),
+        )
         u = flow.extras["modes"][:, :3]
         exact = gf.theory.saxe_mode_strength(flow.ts[:, None], S, u0)
         err = float(np.max(np.abs(u - exact) / S))
-        tol = flow.settings["rtol"]
+        tol = flow.settings.rtol
         rows.append(
             row(
                 f"u_a(t) at every save, rtol {tol:g}",
@@ -196,10 +202,10 @@ def learning_times(out: dict):
         problem,
         params=gf.theory.balanced_start(problem, u0),
         t1=80.0,
-        rtol=1e-8,
-        progress=False,
+        solver=gf.Solver(rtol=1e-8),
+        run=gf.Run(progress=False),
     )
-    random = gf.flow(problem, init_scale=1e-3, t1=80.0, progress=False)
+    random = gf.flow(problem, init_scale=1e-3, t1=80.0, run=gf.Run(progress=False))
     _, t_half = half_times(balanced)
     exact = gf.theory.saxe_learning_time(s, u0)
     out["learning_time_max_error"] = float(np.max(np.abs(t_half - exact) / exact))
@@ -324,7 +330,11 @@ def committee_scaling(pl, out: dict) -> list[dict]:
         escape, length, ends = [], [], []
         for e in eps:
             run = gf.flow(
-                COMMITTEE, init_scale=float(e), t1=1000.0, rtol=rtol, progress=False
+                COMMITTEE,
+                init_scale=float(e),
+                t1=1000.0,
+                solver=gf.Solver(rtol=rtol),
+                run=gf.Run(progress=False),
             )
             escape.append(crossing(run.ts, run.loss, 0.5 * pl.loss))
             p = [s for s in run.stages if s.name == "plateau"][0]
@@ -362,7 +372,7 @@ def committee_reference_rows(pl, out: dict) -> list[dict]:
     rows = []
     V = np.asarray(COMMITTEE.teacher)
     for eps in (1e-2, 1e-3):
-        traj = gf.flow(COMMITTEE, init_scale=eps, t1=1000.0, progress=False)
+        traj = gf.flow(COMMITTEE, init_scale=eps, t1=1000.0, run=gf.Run(progress=False))
         levels = [0.5 * (traj.loss[0] + pl.loss), 0.5 * pl.loss]
         ts = traj.ts[traj.ts <= 400.0]
         start = time.perf_counter()
@@ -477,7 +487,7 @@ def sgd(out: dict) -> None:
     for ax, (name, problem, start, t1, batch, lrs, levels) in zip(
         axes, cases, strict=True
     ):
-        flow = gf.flow(problem, params=start, t1=t1, progress=False)
+        flow = gf.flow(problem, params=start, t1=t1, run=gf.Run(progress=False))
         if levels is None:
             levels = [0.5 * (flow.loss[0] + pl.loss), 0.5 * pl.loss]
         t_flow = [crossing(flow.ts, flow.loss, x) for x in levels]
@@ -486,7 +496,11 @@ def sgd(out: dict) -> None:
         for j, lr in enumerate(lrs):
             start_wall = time.perf_counter()
             run = gf.train_sgd(
-                problem, start, batch_size=batch, lr=lr, t1=t1, progress=False
+                problem,
+                start,
+                sgd=gf.SGD(lr=lr, batch_size=batch),
+                t1=t1,
+                run=gf.Run(progress=False),
             )
             wall = time.perf_counter() - start_wall
             t_sgd = [crossing(run.ts, run.population_loss, x) for x in levels]
@@ -494,7 +508,7 @@ def sgd(out: dict) -> None:
             results.append(
                 dict(
                     problem=name,
-                    lr=lr,
+                    sgd=gf.SGD(lr=lr),
                     batch=batch,
                     steps=int(run.steps[-1]),
                     t_flow=t_flow,
@@ -536,7 +550,12 @@ def sweeps(out: dict) -> None:
     t1 = float(1.5 * (math.log(1 / eps[-1]) + 10) / min(rates))
     start = time.perf_counter()
     sw = gf.sweep(
-        problems, init_scale=eps, seeds=[0, 1], t1=t1, rtol=1e-8, progress=False
+        problems,
+        init_scale=eps,
+        seeds=[0, 1],
+        t1=t1,
+        solver=gf.Solver(rtol=1e-8),
+        run=gf.Run(progress=False),
     )
     wall = time.perf_counter() - start
     fig = plot.committee_phase_diagram(sw)
@@ -607,18 +626,28 @@ def _scipy(problem, params0, t1, ts, method, rtol, atol):
 
 def _gradflow(problem, params0, t1, ts, solver, rtol):
     gf.flow(
-        problem, params=params0, t1=t1, ts=ts, solver=solver, rtol=rtol, progress=False
+        problem,
+        params=params0,
+        t1=t1,
+        saveat=gf.SaveAt(ts),
+        solver=gf.Solver(solver, rtol=rtol),
+        run=gf.Run(progress=False),
     )  # compiled before timing
     start = time.perf_counter()
     traj = gf.flow(
-        problem, params=params0, t1=t1, ts=ts, solver=solver, rtol=rtol, progress=False
+        problem,
+        params=params0,
+        t1=t1,
+        saveat=gf.SaveAt(ts),
+        solver=gf.Solver(solver, rtol=rtol),
+        run=gf.Run(progress=False),
     )
     wall = time.perf_counter() - start
     return dict(
         wall=wall,
         loss=np.asarray(traj.loss),
-        grads=traj.stats["num_grad_evals"],
-        steps=traj.stats["num_steps"],
+        grads=traj.stats.num_grad_evals,
+        steps=traj.stats.num_steps,
         ok=bool(traj.ok),
     )
 
@@ -655,7 +684,12 @@ def performance(out: dict, repeats: int = 3) -> None:
         ts = gf.default_save_times(t1)
         scale = float(np.sqrt(np.mean(ravel_pytree(p0)[0] ** 2)))
         reference = gf.flow(
-            problem, params=p0, t1=t1, ts=ts, solver="tsit5", rtol=1e-12, progress=False
+            problem,
+            params=p0,
+            t1=t1,
+            saveat=gf.SaveAt(ts),
+            solver=gf.Solver("tsit5", rtol=1e-12),
+            run=gf.Run(progress=False),
         )
         levels = [
             0.5 * (d.loss_start + d.loss_end)

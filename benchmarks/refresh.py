@@ -68,7 +68,12 @@ def main():
     for label, chain, kw in scenarios(args.scenarios):
         for name in names:
             solver = SOLVERS[name]
-            run = dict(kw, progress=False, stages=False, solver=solver)
+            run = dict(
+                kw,
+                run=gf.Run(progress=False),
+                saveat=gf.SaveAt(stages=False),
+                solver=solver,
+            )
             gf.integrate(chain, 1e-3, **dict(run, t1=1.0))  # compile
             t = time.perf_counter()
             traj = gf.integrate(chain, 1e-3, **run)

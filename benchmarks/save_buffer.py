@@ -49,7 +49,14 @@ def compilation() -> None:
     for n in (301, 300, 801):
         acc.clear()
         ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, n - 1)])
-        gf.integrate(chain, 1e-3, width=8, t1=200.0, ts=ts, progress=False)
+        gf.integrate(
+            chain,
+            1e-3,
+            width=8,
+            t1=200.0,
+            saveat=gf.SaveAt(ts),
+            run=gf.Run(progress=False),
+        )
         print(
             f"{n:4d} saves (buffer {save_buffer_size(n):4d}): "
             f"{acc['count']:3d} compilations, {acc['seconds']:6.2f} s of XLA time"
@@ -66,7 +73,7 @@ def _record(traj) -> dict:
         extras={k: np.asarray(v) for k, v in traj.extras.items()},
         stages=[repr(s) for s in traj.stages],
         events=[(e.name, e.t, e.loss) for e in traj.events],
-        steps=traj.stats["num_steps"],
+        steps=traj.stats.num_steps,
         ok=traj.ok,
         message=traj.message,
     )
@@ -78,28 +85,40 @@ def dump(path: str) -> None:
     sticky = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     geo = lambda n: np.concatenate([[0.0], np.geomspace(1.0, 200.0, n - 1)])  # noqa: E731
     out = {
-        "default": gf.integrate(sticky, 1e-3, width=8, t1=5000, progress=False),
+        "default": gf.integrate(
+            sticky, 1e-3, width=8, t1=5000, run=gf.Run(progress=False)
+        ),
         "301 saves": gf.integrate(
-            sticky, 1e-3, width=8, t1=200, ts=geo(301), progress=False
+            sticky,
+            1e-3,
+            width=8,
+            t1=200,
+            saveat=gf.SaveAt(geo(301)),
+            run=gf.Run(progress=False),
         ),
         "300 saves": gf.integrate(
-            sticky, 1e-3, width=8, t1=200, ts=geo(300), progress=False
+            sticky,
+            1e-3,
+            width=8,
+            t1=200,
+            saveat=gf.SaveAt(geo(300)),
+            run=gf.Run(progress=False),
         ),
         "bare": gf.integrate(
             gf.chains.random(5, seed=1),
             1e-3,
             width=8,
             t1=3000,
-            stages=False,
-            progress=False,
+            saveat=gf.SaveAt(stages=False),
+            run=gf.Run(progress=False),
         ),  # fmt: skip
         "out of steps": gf.integrate(
             gf.chains.zipf(5, 1.0),
             1e-3,
             width=4,
             t1=3000,
-            max_steps=200,
-            progress=False,
+            solver=gf.Solver(max_steps=200),
+            run=gf.Run(progress=False),
         ),  # fmt: skip
     }
     out = {k: _record(v) for k, v in out.items()}
@@ -109,7 +128,7 @@ def dump(path: str) -> None:
         seeds=[0, 1],
         width=4,
         t1=400.0,
-        progress=False,
+        run=gf.Run(progress=False),
     )
     out["sweep loss"] = np.asarray(sw.loss)
     for i in range(len(sw)):

@@ -98,7 +98,7 @@ def first_cycle_table(sizes, init_scale=1e-3):
             ("default ros34pw2", gf.solvers.ROS34PW2(), None, None),
         ]
         for label, solver, rtol, atol in rows:
-            kwargs = dict(width=m, t1=t1, solver=solver, progress=False)
+            kwargs = dict(width=m, t1=t1, solver=solver, run=gf.Run(progress=False))
             kwargs["ts"] = np.geomspace(t1 * 1e-3, t1, 50)
             if rtol is not None:
                 kwargs.update(rtol=rtol, atol=atol)

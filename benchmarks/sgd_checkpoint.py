@@ -34,10 +34,9 @@ def main():
         init_scale=1e-3,
         width=8,
         context=256,
-        batch_size=512,
-        lr=0.2,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
         t1=args.t1,
-        progress=False,
+        run=gf.Run(progress=False),
     )
     gf.train_sgd(chain, **kw)  # compile
     folder = Path(tempfile.mkdtemp())
@@ -50,16 +49,16 @@ def main():
                 {} if every is None else dict(checkpoint=path, checkpoint_every=every)
             )
             run = gf.train_sgd(chain, **kw, **extra)
-            times[name].append(run.stats["wall_time"])
-            writes[name] = run.stats["checkpoint_writes"]
+            times[name].append(run.stats.wall_time)
+            writes[name] = run.stats.checkpoint_writes
             if path is not None:
                 size = path.stat().st_size
     t = time.perf_counter()
-    again = gf.train_sgd(chain, **kw, checkpoint=folder / "0-0.npz")
+    again = gf.train_sgd(chain, **kw, run=gf.Run(checkpoint=folder / "0-0.npz"))
     resume_total = time.perf_counter() - t
     base = float(np.median(times["none"]))
     out = {
-        "steps": run.stats["num_steps"],
+        "steps": run.stats.num_steps,
         "saves": len(run),
         "wall_time_median_s": {
             k: round(float(np.median(v)), 3) for k, v in times.items()
@@ -74,8 +73,8 @@ def main():
         ),
         "checkpoint_bytes": size,
         "rerun_finished": {
-            "steps_run": again.stats["steps_run"],
-            "wall_time_s": round(again.stats["wall_time"], 3),
+            "steps_run": again.stats.steps_run,
+            "wall_time_s": round(again.stats.wall_time, 3),
             "total_s_with_stages": round(resume_total, 3),
         },
     }

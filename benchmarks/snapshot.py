@@ -174,9 +174,7 @@ def problem_cases():
     ]
     yield (
         "sweep_problems",
-        lambda: gf.sweep(
-            others, init_scale=1e-3, seeds=[0, 1], t1=100.0, run=quiet
-        ),
+        lambda: gf.sweep(others, init_scale=1e-3, seeds=[0, 1], t1=100.0, run=quiet),
     )
 
 

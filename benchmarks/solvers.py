@@ -191,12 +191,14 @@ class Candidate:
                 width=sc["width"],
                 seed=sc["seed"],
                 t1=t1,
-                ts=ts,
-                solver=self.solver,
-                rtol=self.rtol,
-                atol=self.atol,
-                progress=False,
-                max_steps=self.max_steps,
+                saveat=gf.SaveAt(ts),
+                solver=gf.Solver(
+                    self.solver,
+                    rtol=self.rtol,
+                    atol=self.atol,
+                    max_steps=self.max_steps,
+                ),
+                run=gf.Run(progress=False),
             )
             wall = time.perf_counter() - start
             if len(traj.ts) != len(ts):
@@ -205,10 +207,10 @@ class Candidate:
                 wall=wall,
                 loss=np.asarray(traj.loss),
                 final=traj.params[-1],
-                steps=traj.stats["num_steps"],
-                rejected=traj.stats["num_rejected_steps"],
-                grads=traj.stats["num_grad_evals"],
-                hvps=traj.stats.get("num_hvps"),
+                steps=traj.stats.num_steps,
+                rejected=traj.stats.num_rejected_steps,
+                grads=traj.stats.num_grad_evals,
+                hvps=traj.stats.num_hvps,
                 ok=traj.ok,
             )
         if self.kind == "diffrax":
@@ -366,30 +368,34 @@ def full_combination(t1: float = 5000.0, max_steps: int = 400_000, json_path=Non
         width=sc["width"],
         seed=sc["seed"],
         model=FULL_MODEL,
-        stages=False,
-        progress=False,
-        max_steps=max_steps,
+        saveat=gf.SaveAt(stages=False),
+        run=gf.Run(progress=False),
+        solver=gf.Solver(max_steps=max_steps),
     )
     out = {}
     for label, solver, rtol in rows:
         gf.integrate(
-            chain, sc["init_scale"], t1=t1 * 1e-3, solver=solver, rtol=rtol, **kw
+            chain,
+            sc["init_scale"],
+            t1=t1 * 1e-3,
+            solver=gf.Solver(solver, rtol=rtol),
+            **kw,
         )
         start = time.perf_counter()
         traj = gf.integrate(
-            chain, sc["init_scale"], t1=t1, solver=solver, rtol=rtol, **kw
+            chain, sc["init_scale"], t1=t1, solver=gf.Solver(solver, rtol=rtol), **kw
         )
         wall = time.perf_counter() - start
         out[label] = dict(
             traj=traj,
             wall=wall,
             ok=bool(traj.ok),
-            steps=traj.stats["num_steps"],
-            rejected=traj.stats["num_rejected_steps"],
-            grads=traj.stats["num_grad_evals"],
-            hvps=traj.stats["num_hvps"],
-            rtol=traj.settings["rtol"],
-            atol=traj.settings["atol"],
+            steps=traj.stats.num_steps,
+            rejected=traj.stats.num_rejected_steps,
+            grads=traj.stats.num_grad_evals,
+            hvps=traj.stats.num_hvps,
+            rtol=traj.settings.rtol,
+            atol=traj.settings.atol,
             final_loss=float(traj.loss[-1]),
         )
         print(label, {k: v for k, v in out[label].items() if k != "traj"}, flush=True)

@@ -19,7 +19,14 @@ import gradflow as gf  # noqa: E402
 def main():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     ts = np.array([0, 30, 45, 100, 500, 3000, 6000, 9000, 13000, 20000.0])
-    traj = gf.integrate(chain, 1e-3, width=8, ts=ts, rtol=1e-7, progress=False)
+    traj = gf.integrate(
+        chain,
+        1e-3,
+        width=8,
+        saveat=gf.SaveAt(ts),
+        solver=gf.Solver(rtol=1e-7),
+        run=gf.Run(progress=False),
+    )
     _, unravel = ravel_pytree(traj.params[0])
     hessian = jax.jit(jax.hessian(lambda x: gf.population_loss(unravel(x), chain)))
     print("| t | loss | 6 largest eigenvalues | # > 1 | # > 0.1 | 17th | smallest |")

@@ -100,10 +100,9 @@ def solve(entry: dict, *, t1: float = T1, num: int = DENSE_NUM, cache=None):
             width=entry["width"],
             seed=entry["seed"],
             t1=t1,
-            ts=gf.default_save_times(t1, num),
-            rtol=rtol,
-            stages=False,
-            progress=False,
+            saveat=gf.SaveAt(gf.default_save_times(t1, num), stages=False),
+            solver=gf.Solver(rtol=rtol),
+            run=gf.Run(progress=False),
         )
         if traj.ok:
             break
@@ -128,8 +127,8 @@ def detect_on_default_grid(traj, thresholds=None, step=STAGES_STEP):
     ts = np.asarray(traj.ts)[idx]
     params = jax.tree.map(lambda x: np.asarray(x)[idx], traj.params)
     start = time.perf_counter()
-    obs = gf.observe_params(ts, params, traj.chain)
-    stages = gf.detect_stages(ts, obs, chain=traj.chain, thresholds=thresholds)
+    obs = gf.markov.observe_params(ts, params, traj.chain)
+    stages = gf.markov.detect_stages(ts, obs, chain=traj.chain, thresholds=thresholds)
     return stages, time.perf_counter() - start
 
 
@@ -238,7 +237,7 @@ def calibrate(entries, step=STAGES_STEP):
         idx = np.r_[0, np.arange(1, len(traj.ts), step)]
         ts = np.asarray(traj.ts)[idx]
         params = jax.tree.map(lambda x, i=idx: np.asarray(x)[i], traj.params)
-        obs = gf.observe_params(ts, params, traj.chain)
+        obs = gf.markov.observe_params(ts, params, traj.chain)
         c = _curves(ts, obs, traj.chain, th.rate_window)
         R = rows.setdefault(
             e["family"],
@@ -333,16 +332,22 @@ def cost(entries):
         f"\n{'trajectory':<18} {'bare solve s':>12} {'observe+detect s':>17} {'ratio':>6}"
     )
     for e in entries:
-        kw = dict(width=e["width"], seed=e["seed"], t1=T1, stages=False, progress=False)
+        kw = dict(
+            width=e["width"],
+            seed=e["seed"],
+            t1=T1,
+            saveat=gf.SaveAt(stages=False),
+            run=gf.Run(progress=False),
+        )
         ts = gf.default_save_times(T1, STAGES_NUM)
         chain = e["chain"]()
         for _ in range(2):  # the first call compiles
             start = time.perf_counter()
-            traj = gf.integrate(chain, INIT_SCALE, ts=ts, **kw)
+            traj = gf.integrate(chain, INIT_SCALE, saveat=gf.SaveAt(ts), **kw)
             bare = time.perf_counter() - start
             start = time.perf_counter()
-            obs = gf.observe_params(traj.ts, traj.params, chain)
-            gf.detect_stages(traj.ts, obs, chain=chain)
+            obs = gf.markov.observe_params(traj.ts, traj.params, chain)
+            gf.markov.detect_stages(traj.ts, obs, chain=chain)
             det = time.perf_counter() - start
         print(
             f"{e['name']:<18} {bare:>12.2f} {det:>17.2f} {det / bare:>6.2f}", flush=True

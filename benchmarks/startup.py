@@ -90,15 +90,17 @@ def stages_section(repeats: int) -> None:
     import gradflow as gf
 
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    kw = dict(width=8, t1=20_000.0, progress=False)
+    kw = dict(width=8, t1=20_000.0, run=gf.Run(progress=False))
     for stages in (True, False):  # compile both
-        gf.integrate(chain, 1e-3, stages=stages, seed=100, **kw)
+        gf.integrate(chain, 1e-3, saveat=gf.SaveAt(stages=stages), seed=100, **kw)
     ratios = []
     for r in range(repeats):
         times = {}
         for stages in (True, False):
             start = time.perf_counter()
-            traj = gf.integrate(chain, 1e-3, stages=stages, seed=r, **kw)
+            traj = gf.integrate(
+                chain, 1e-3, saveat=gf.SaveAt(stages=stages), seed=r, **kw
+            )
             times[stages] = time.perf_counter() - start
             assert traj.ok, traj.message
         ratios.append(times[True] / times[False])

@@ -83,13 +83,13 @@ def in_process(args):
 
     def solo():
         return gf.integrate(chain, SCALE, width=WIDTH, t1=T1, seed=0,
-                            progress=False, stages=stages)  # fmt: skip
+                            run=gf.Run(progress=False), saveat=gf.SaveAt(stages=stages))  # fmt: skip
 
     solo()  # compile
     t_solo, c_solo, traj = best_of(solo, args.repeat)
     print(
         f"one member (gf.integrate): {t_solo:.2f} s wall, {c_solo:.2f} s CPU, "
-        f"{traj.stats['num_steps']} steps ({load()})",
+        f"{traj.stats.num_steps} steps ({load()})",
         flush=True,
     )
     rows = []
@@ -98,21 +98,21 @@ def in_process(args):
 
         def run(chains=chains, seeds=seeds, deltas=deltas):
             return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH,
-                            t1=T1, labels={"delta": deltas}, progress=False,
-                            stages=stages, batch_size=batch_size)  # fmt: skip
+                            t1=T1, labels={"delta": deltas}, run=gf.Run(progress=False, batch_size=batch_size),
+                            saveat=gf.SaveAt(stages=stages), )  # fmt: skip
 
         start = time.perf_counter()
         run()  # compile
         t_first = time.perf_counter() - start
         t, c, sw = best_of(run, args.repeat)
-        steps = np.asarray(sw.stats["num_steps"])
+        steps = np.asarray(sw.stats.num_steps)
         rows.append({
             "members": len(sw), "wall_s": t, "per_member_s": t / len(sw),
             "cpu_s": c, "cpu_per_member_s": c / len(sw), "cpu_vs_one_member": c / c_solo,
             "first_call_s": t_first, "vs_one_member": t / t_solo,
             "max_steps": int(steps.max()), "mean_steps": float(steps.mean()),
-            "ok": int(sw.ok.sum()), "devices": sw.stats["num_devices"],
-            "batch_size": sw.stats["batch_size"], "total_steps": int(steps.sum()),
+            "ok": int(sw.ok.sum()), "devices": sw.stats.num_devices,
+            "batch_size": sw.stats.batch_size, "total_steps": int(steps.sum()),
         })  # fmt: skip
         r = rows[-1]
         print(
@@ -142,12 +142,19 @@ def loop_of_integrate(gf, stages: bool = True) -> tuple[float, float]:
     """The 64 members as a loop of gf.integrate calls (compiled first): what a
     sweep replaces. Wall and CPU time."""
     chains, seeds, _ = members(gf, 64)
-    gf.integrate(chains[0], SCALE, width=WIDTH, t1=T1, progress=False, stages=stages)
+    gf.integrate(
+        chains[0],
+        SCALE,
+        width=WIDTH,
+        t1=T1,
+        run=gf.Run(progress=False),
+        saveat=gf.SaveAt(stages=stages),
+    )
     start, start_cpu = time.perf_counter(), time.process_time()
     for ch in chains:
         for s in seeds:
-            gf.integrate(ch, SCALE, width=WIDTH, t1=T1, seed=s, progress=False,
-                         stages=stages)  # fmt: skip
+            gf.integrate(ch, SCALE, width=WIDTH, t1=T1, seed=s, run=gf.Run(progress=False),
+                         saveat=gf.SaveAt(stages=stages))  # fmt: skip
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
@@ -161,7 +168,7 @@ def sweep64(gf, seed_share=None):
     chains, seeds, deltas = members(gf, 64)
     seeds = list(seeds) if seed_share is None else seed_share
     return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH, t1=T1,
-                    labels={"delta": deltas}, progress=False)  # fmt: skip
+                    labels={"delta": deltas}, run=gf.Run(progress=False))  # fmt: skip
 
 
 def child_devices(repeat: int) -> dict:
@@ -183,7 +190,7 @@ def child_devices(repeat: int) -> dict:
     solo = [
         float(t.loss[-1]) for t in (
             gf.integrate(members(gf, 64)[0][i // 8], SCALE, width=WIDTH, t1=T1,
-                         seed=i % 8, progress=False)
+                         seed=i % 8, run=gf.Run(progress=False))
             for i in (0, 9, 63)
         )
     ]  # fmt: skip
@@ -196,7 +203,7 @@ def child_devices(repeat: int) -> dict:
         "ratios": [w / lp for w, lp in zip(walls, loops, strict=True)],
         "first_call_s": first,
         "members_equal_solo": all(same),
-        "steps": [int(x) for x in sw.stats["num_steps"]],
+        "steps": [int(x) for x in sw.stats.num_steps],
         "load": load(),
     }
 

@@ -31,7 +31,7 @@ def main():
     old = np.load(args.snapshot / "sweep.npz")
     meta = json.loads((args.snapshot / "sweep.json").read_text())["members"]
     chains = [gf.chains.sticky(4, 0.5, 0.5, x) for x in (0.0, 0.1)]
-    kw = dict(init_scale=1e-3, width=4, t1=2000.0, progress=False)
+    kw = dict(init_scale=1e-3, width=4, t1=2000.0, run=gf.Run(progress=False))
     sw = gf.sweep(chains, seeds=[0, 1], **kw)
     print(f"{len(jax.devices())} device(s); load {os.getloadavg()}")
     worst = {"loss": 0.0, "params": 0.0, "stages": 0.0, "solo": 0.0}
@@ -50,9 +50,9 @@ def main():
         )
         solo = gf.integrate(chains[i // 2], seed=i % 2, **kw)
         vs_solo = abs(float(traj.loss[-1]) / float(solo.loss[-1]) - 1)
-        same_steps = traj.stats["num_steps"] == before["stats"]["num_steps"]
+        same_steps = traj.stats.num_steps == before["stats"]["num_steps"]
         print(
-            f"member {i}: steps {traj.stats['num_steps']} (before "
+            f"member {i}: steps {traj.stats.num_steps} (before "
             f"{before['stats']['num_steps']}, equal: {same_steps}); final loss "
             f"{loss:.1e}, parameters {params:.1e}, stage boundaries {stages:.1e} "
             f"(relative, against before); final loss against its solo run {vs_solo:.1e}"

@@ -256,7 +256,12 @@ def main():
         return
     t = time.perf_counter()
     run = gf.train_sgd(
-        stream, p0, context=256, batch_size=512, lr=0.2, t1=args.t1, progress=False
+        stream,
+        p0,
+        context=256,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
+        t1=args.t1,
+        run=gf.Run(progress=False),
     )
     result["sgd"] = {
         "wall_s": time.perf_counter() - t,
@@ -277,7 +282,13 @@ def main():
         timer.start()
     t = time.perf_counter()
     try:
-        traj = gf.integrate(chain, params=p0, t1=args.t1, ts=ts, progress=True)
+        traj = gf.integrate(
+            chain,
+            params=p0,
+            t1=args.t1,
+            saveat=gf.SaveAt(ts),
+            run=gf.Run(progress=True),
+        )
         interrupted = False
     except gf.Interrupted as e:
         traj = e.result

@@ -69,7 +69,9 @@ def _jobs():
     a = rng.standard_normal((224, 224))
     a = a + a.T
     jeigh = jax.jit(jnp.linalg.eigh)
-    end = gf.integrate(sticky, 1e-3, width=8, t1=80.0, progress=False).params[-1]
+    end = gf.integrate(
+        sticky, 1e-3, width=8, t1=80.0, run=gf.Run(progress=False)
+    ).params[-1]
     ts = np.linspace(0.0, 50.0, 4001)
 
     def np_eigh():
@@ -81,7 +83,13 @@ def _jobs():
             jeigh(a)[0].block_until_ready()
 
     def large():
-        gf.integrate(sticky, 10.0, t1=50.0, ts=ts, stages=False, progress=False)
+        gf.integrate(
+            sticky,
+            10.0,
+            t1=50.0,
+            saveat=gf.SaveAt(ts, stages=False),
+            run=gf.Run(progress=False),
+        )
 
     def linearize():
         gf.linearize(sticky, end)

@@ -29,7 +29,9 @@ plt = plot._pyplot()
 fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
 for delta, color in ((0.0, "tab:blue"), (0.05, "tab:red")):
     chain = gf.chains.sticky(6, 0.5, 0.5, delta)
-    traj = gf.integrate_stages(chain, 1e-3, width=8, t1=args.t1, progress=False)
+    traj = gf.markov.integrate_stages(
+        chain, 1e-3, width=8, t1=args.t1, run=gf.Run(progress=False)
+    )
     print(f"delta = {delta}: {traj}")
     print(format_stage_table(traj.stages))
     t = traj.ts[1:]

@@ -97,7 +97,9 @@ def main():
 
     # 1. continuation of the degenerate critical point in delta
     chain = gf.chains.sticky(D, TOP, RHO, 0.05)
-    traj = gf.integrate(chain, SCALE, width=WIDTH, t1=1200.0, seed=SEED, progress=False)
+    traj = gf.integrate(
+        chain, SCALE, width=WIDTH, t1=1200.0, seed=SEED, run=gf.Run(progress=False)
+    )
     cp = post_focus_point(traj)
     assert cp is not None, "no post-focus plateau before t = 1200"
     print(
@@ -194,8 +196,7 @@ def main():
     sweep_start = time.perf_counter()
     sw = gf.sweep(
         [gf.chains.sticky(D, TOP, RHO, x) for x in measured_deltas],
-        init_scale=SCALE, seeds=SEED, width=WIDTH, t1=t1, ts=ts, stages=False,
-        labels={"delta": measured_deltas}, progress=False,
+        init_scale=SCALE, seeds=SEED, width=WIDTH, t1=t1, saveat=gf.SaveAt(ts, stages=False), labels={"delta": measured_deltas}, run=gf.Run(progress=False),
     )  # fmt: skip
     result["measured_sweep"] = {
         "members": len(sw), "t1": t1, "num_saves": int(ts.size),
@@ -282,7 +283,9 @@ def main():
     zero = {}
     starts = gf.Params(*(jnp.stack([getattr(p0, n), getattr(sym, n)])
                          for n in ("W0", "W1", "WQ", "WK")))  # fmt: skip
-    sw0 = gf.sweep(ch0, params=starts, width=WIDTH, t1=args.t1_zero, progress=False)
+    sw0 = gf.sweep(
+        ch0, params=starts, width=WIDTH, t1=args.t1_zero, run=gf.Run(progress=False)
+    )
     for name, tr in zip(("random", "symmetric"), sw0, strict=True):
         s = np.linalg.svd(np.asarray(tr.params.W0), compute_uv=False)
         zero[name] = {

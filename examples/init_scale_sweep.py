@@ -41,7 +41,7 @@ sw = gf.sweep(
     seeds=range(args.seeds),
     width=8,
     t1=args.t1,
-    progress=False,
+    run=gf.Run(progress=False),
 )
 scales = np.array([m.init_scale for m in sw.members])
 times = {

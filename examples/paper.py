@@ -240,7 +240,7 @@ class Study:
         def make():
             return gf.integrate(
                 self.scenario(key).chain(), INIT, width=WIDTH, t1=T1, seed=SEED,
-                progress=False,
+                run=gf.Run(progress=False),
             )  # fmt: skip
 
         return self._get(("flow", key), make)
@@ -283,7 +283,7 @@ class Study:
             options = {"solver": "dopri8", "rtol": 1e-10, "stages": False}
             return gf.integrate(
                 self.scenario(key).chain(), params=start, t1=T1 - self.unigram(key).t,
-                progress=False, **(options if solver == "dopri8" else {}),
+                run=gf.Run(progress=False), **(options if solver == "dopri8" else {}),
             )  # fmt: skip
 
         return self._get(("manifold", key, solver), make)
@@ -329,7 +329,9 @@ class Study:
             W1[1:, :] = W1[1:, :].mean(axis=0, keepdims=True)
             sym = gf.Params(jax.numpy.asarray(W0), jax.numpy.asarray(W1), p0.WQ, p0.WK)
             return {
-                name: gf.integrate(chain, params=start, t1=T1, progress=False)
+                name: gf.integrate(
+                    chain, params=start, t1=T1, run=gf.Run(progress=False)
+                )
                 for name, start in (("random", p0), ("symmetric", sym))
             }
 
@@ -346,7 +348,12 @@ class Study:
                     out[name] = self.flow("d4")
                 else:
                     out[name] = gf.integrate(
-                        chain, INIT, width=WIDTH, t1=T1, seed=SEED, progress=False
+                        chain,
+                        INIT,
+                        width=WIDTH,
+                        t1=T1,
+                        seed=SEED,
+                        run=gf.Run(progress=False),
                     )
             return out
 
@@ -365,7 +372,7 @@ class Study:
                 width=WIDTH,
                 t1=self.settings.text_t1,
                 seed=SEED,
-                progress=False,
+                run=gf.Run(progress=False),
             )
 
         return self._get(("text",), make)
@@ -389,8 +396,8 @@ class Study:
                 flats = []
                 for rtol in (1e-12, 1e-10):
                     traj = gf.integrate(
-                        chain, eps, width=WIDTH, t1=t1, ts=ts, seed=SEED,
-                        solver="dopri8", rtol=rtol, stages=False, progress=False,
+                        chain, eps, width=WIDTH, t1=t1, saveat=gf.SaveAt(ts, stages=False), seed=SEED,
+                        solver=gf.Solver("dopri8", rtol=rtol), run=gf.Run(progress=False),
                     )  # fmt: skip
                     flats.append(flat_points(traj))
                 flat = flats[0]

@@ -34,8 +34,13 @@ args = parser.parse_args()
 chosen = None
 for seed in args.seeds:
     chain = gf.chains.random(6, seed=seed, concentration=args.concentration)
-    traj = gf.integrate_stages(
-        chain, 1e-3, width=8, t1=args.t1, max_steps=args.max_steps, progress=False
+    traj = gf.markov.integrate_stages(
+        chain,
+        1e-3,
+        width=8,
+        t1=args.t1,
+        solver=gf.Solver(max_steps=args.max_steps),
+        run=gf.Run(progress=False),
     )
     if not traj.ok:
         print(f"chain seed {seed}: stopped early: {traj.message}")

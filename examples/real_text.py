@@ -12,7 +12,7 @@ word, character, or byte-level BPE trained on the corpus), and the population
 flow is integrated on its bigram chain from a small random start
 (`gf.integrate`, width 16). From the saved parameters the script computes, at
 every save time, the attention matrix `A` (`gf.attention`), the pi-weighted
-attention entropy `sum_i pi_i H(A[i])` (`gf.attention_entropy`) and the
+attention entropy `sum_i pi_i H(A[i])` (`gf.markov.attention_entropy`) and the
 attention mass per key token `mass_k = sum_i pi_i A[i, k]`, and reports:
 
 - **the first focus**: the first local minimum of the entropy after it has
@@ -97,7 +97,7 @@ def attention_curves(params, chain):
 
     def one(p):
         A = gf.attention(p, chain)
-        return gf.attention_entropy(A, pi), pi @ A
+        return gf.markov.attention_entropy(A, pi), pi @ A
 
     H, mass = jax.lax.map(jax.jit(one), params)
     return np.asarray(H), np.asarray(mass)
@@ -516,10 +516,9 @@ def main():
                     stream,
                     p0,
                     context=256,
-                    batch_size=512,
-                    lr=0.2,
+                    sgd=gf.SGD(lr=0.2, batch_size=512),
                     t1=args.sgd_t1 or args.t1,
-                    progress=False,
+                    run=gf.Run(progress=False),
                 )
                 record["sgd_wall_s"] = time.perf_counter() - t
                 record["sgd_stats"] = {k: v for k, v in run.stats.items()}
@@ -537,13 +536,14 @@ def main():
                     chain,
                     params=p0,
                     t1=args.t1,
-                    ts=ts,
-                    progress=True,
-                    max_steps=args.max_steps,
-                    solver=solver,
-                    checkpoint=None
-                    if args.checkpoint_dir is None
-                    else Path(args.checkpoint_dir) / f"{name}.ckpt",
+                    saveat=gf.SaveAt(ts),
+                    run=gf.Run(
+                        progress=True,
+                        checkpoint=None
+                        if args.checkpoint_dir is None
+                        else Path(args.checkpoint_dir) / f"{name}.ckpt",
+                    ),
+                    solver=gf.Solver(solver, max_steps=args.max_steps),
                 )
             except gf.Interrupted as e:  # the wall-clock budget ran out
                 traj = e.result

@@ -59,9 +59,15 @@ def unseen_chains():
 def flow_and_sgd(chain, t1, seed=0, data_seed=None, **sgd):
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, seed)
     data_seed = seed if data_seed is None else data_seed
-    run = gf.train_sgd(chain, p0, t1=t1, seed=data_seed, progress=False, **sgd)
+    run = gf.train_sgd(
+        chain, p0, t1=t1, seed=data_seed, run=gf.Run(progress=False), **sgd
+    )
     traj = gf.integrate(
-        chain, params=p0, t1=float(run.ts[-1]), ts=run.ts, progress=False
+        chain,
+        params=p0,
+        t1=float(run.ts[-1]),
+        saveat=gf.SaveAt(run.ts),
+        run=gf.Run(progress=False),
     )
     return traj, run, gf.compare(traj, run)
 
@@ -73,7 +79,7 @@ def tracking(out: Path, t1: float):
         start = time.perf_counter()
         traj, run, cmp = flow_and_sgd(chain, t1, context=256, batch_size=512, lr=0.2)
         s = cmp.summary()
-        s["sgd_wall_time"] = run.stats["wall_time"]
+        s["sgd_wall_time"] = run.stats.wall_time
         s["total_wall_time"] = time.perf_counter() - start
         results[name] = s
         print(
@@ -104,9 +110,9 @@ def diagnose(out: Path, t1: float):
     data noise (other data seeds), or does it shrink with context and batch?"""
     chain = unseen_chains()["sticky(5, 0.4, 0.6, 0.1)"]
     configs = [
-        dict(context=256, batch_size=512, lr=0.2, data_seed=1),
-        dict(context=256, batch_size=512, lr=0.2, data_seed=2),
-        dict(context=1024, batch_size=2048, lr=0.2, data_seed=0),
+        dict(context=256, sgd=gf.SGD(lr=0.2, batch_size=512), data_seed=1),
+        dict(context=256, sgd=gf.SGD(lr=0.2, batch_size=512), data_seed=2),
+        dict(context=1024, sgd=gf.SGD(lr=0.2, batch_size=2048), data_seed=0),
     ]
     rows = []
     for kw in configs:
@@ -124,7 +130,10 @@ def noise(out: Path, t1: float):
     """Batch and lr sweeps at context 1024, where the finite-context floor of
     the gap is about four times lower than at 256."""
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    base = dict(context=1024, batch_size=512, lr=0.2)
+    base = dict(
+        context=1024,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
+    )
     results = {}
     for key, values in {
         "batch_size": [32, 128, 512, 2048],
@@ -177,7 +186,7 @@ def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
     params = jax.tree.map(jnp.asarray, params)
     # Control variate: the population loss of each query token, g(q), has mean
     # L over q ~ pi (x_s is stationary), so bias = E[f(q, counts) - g(q)].
-    Z = gf.population_logits(params, chain)
+    Z = gf.markov.population_logits(params, chain)
     g = jax.nn.logsumexp(Z, axis=0) - jnp.sum(chain.P.T * Z, axis=0)
     out = []
     for s in contexts:
@@ -201,7 +210,10 @@ def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
 
 def convergence(out: Path, t1: float):
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    base = dict(context=256, batch_size=512, lr=0.2)
+    base = dict(
+        context=256,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
+    )
     sweeps = {
         "context": [16, 32, 64, 128, 256],
         "batch_size": [32, 128, 512, 2048],
@@ -225,7 +237,7 @@ def convergence(out: Path, t1: float):
                         np.mean(cmp.param_distance[after])
                     ),
                     "max_crossing_rel_error": cmp.summary()["max_crossing_rel_error"],
-                    "wall_time": run.stats["wall_time"],
+                    "wall_time": run.stats.wall_time,
                 }
             )
             print(key, rows[-1], flush=True)
@@ -239,7 +251,7 @@ def convergence(out: Path, t1: float):
     # The O(1/context) bias of the finite-context model at fixed parameters:
     # the flow's point at t1 (past the first two drops, attention non-trivial).
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, 1)
-    traj = gf.integrate(chain, params=p0, t1=t1, progress=False)
+    traj = gf.integrate(chain, params=p0, t1=t1, run=gf.Run(progress=False))
     contexts = [8, 16, 32, 64, 128, 256]
     bias = finite_context_bias(chain, traj.params[-1], contexts)
     results["bias"] = {

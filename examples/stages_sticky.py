@@ -22,7 +22,9 @@ parser.add_argument("--out", type=Path, default=Path("docs/figures"))
 args = parser.parse_args()
 
 chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-traj = gf.integrate_stages(chain, 1e-3, width=8, t1=args.t1, progress=False)
+traj = gf.markov.integrate_stages(
+    chain, 1e-3, width=8, t1=args.t1, run=gf.Run(progress=False)
+)
 print(traj)
 print(format_stage_table(traj.stages))
 plot.plot_all(traj, args.out, prefix="sticky_", pdf=True)

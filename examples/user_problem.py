@@ -60,7 +60,7 @@ def target(singular_values, n: int = 4, seed: int = 0) -> jax.Array:
 def main() -> None:
     s = np.array([4.0, 1.0, 0.25])
     problem = Factorisation(target(s), rank=3)
-    traj = gf.flow(problem, init_scale=1e-4, t1=200.0, progress=False)
+    traj = gf.flow(problem, init_scale=1e-4, t1=200.0, run=gf.Run(progress=False))
     levels = [0.5 * float(np.sum(s[k:] ** 2)) for k in range(len(s) + 1)]
     print(traj)
     print("analytic plateau levels:", ", ".join(f"{x:.5g}" for x in levels))
@@ -73,10 +73,16 @@ def main() -> None:
     origin = jax.tree.map(jnp.zeros_like, traj.at(0))
     lin = gf.linearize(problem, origin)
     print(f"unstable rate at the origin: {lin.unstable_rate:.6g} (s_1 = {s[0]:g})")
-    sw = gf.sweep([problem], init_scale=1e-4, seeds=[0, 1], t1=200.0, progress=False)
+    sw = gf.sweep(
+        [problem], init_scale=1e-4, seeds=[0, 1], t1=200.0, run=gf.Run(progress=False)
+    )
     print(sw)
     run = gf.train_sgd(
-        problem, traj.at(0), batch_size=64, lr=0.01, t1=20.0, progress=False
+        problem,
+        traj.at(0),
+        sgd=gf.SGD(lr=0.01, batch_size=64),
+        t1=20.0,
+        run=gf.Run(progress=False),
     )
     print(run)
 

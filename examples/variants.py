@@ -100,7 +100,7 @@ def summarise(traj, model, wall) -> dict:
         ),
         "ok": bool(traj.ok),
         "message": traj.message,
-        "num_steps": int(traj.stats["num_steps"]),
+        "num_steps": int(traj.stats.num_steps),
         "wall_time": wall,
     }
 
@@ -213,7 +213,7 @@ def panels_figure(name, trajs):
         2, (n + 1) // 2, figsize=(16, 6.5), sharex=True, constrained_layout=True
     )
     chain = next(iter(trajs.values())).chain
-    levels = gf.entropy_bounds(chain)
+    levels = gf.markov.entropy_bounds(chain)
     for ax, (label, traj) in zip(axes.flat, trajs.items()):
         t = traj.ts[1:]
         ax.semilogx(t, traj.loss[1:], color="k", lw=1.4)
@@ -263,12 +263,12 @@ def run_all(scenarios, t1, runs: Path) -> None:
                 seed=SEED,
                 t1=t1,
                 model=model,
-                progress=False,
+                run=gf.Run(progress=False),
             )
             traj.save(path)
             print(
-                f"{name:7s} {model.label:45s} steps {traj.stats['num_steps']:6d} "
-                f"wall {traj.stats['wall_time']:7.1f} s  loss {traj.loss[-1]:.6f}",
+                f"{name:7s} {model.label:45s} steps {traj.stats.num_steps:6d} "
+                f"wall {traj.stats.wall_time:7.1f} s  loss {traj.loss[-1]:.6f}",
                 flush=True,
             )
 
@@ -285,9 +285,9 @@ def report(scenarios, t1, runs: Path, out: Path) -> list[dict]:
                 print(f"not run: {path}")
                 continue
             traj = gf.load(path)
-            assert traj.settings["t1"] == t1, (traj.settings["t1"], t1)
+            assert traj.settings.t1 == t1, (traj.settings.t1, t1)
             rows.append(
-                {"scenario": name, **summarise(traj, model, traj.stats["wall_time"])}
+                {"scenario": name, **summarise(traj, model, traj.stats.wall_time)}
             )
             trajs[model.label] = traj
         for kind, make in (("overlay", overlay_figure), ("panels", panels_figure)):

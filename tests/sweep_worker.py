@@ -32,12 +32,12 @@ def main(argv):
         out,
         loss=sw.loss,
         final=np.array([traj.loss[-1] for traj in sw]),
-        steps=np.array(sw.stats["num_steps"]),
+        steps=np.array(sw.stats.num_steps),
         event_times=flat,
         event_counts=counts,
-        devices=sw.stats["num_devices"],
-        processes=sw.stats["num_processes"],
-        padding=sw.stats["padding"],
+        devices=sw.stats.num_devices,
+        processes=sw.stats.num_processes,
+        padding=sw.stats.padding,
     )
 
 
@@ -64,8 +64,7 @@ def small_sweep(gf, **kwargs):
             width=M,
             t1=T1,
             labels={"delta": DELTAS},
-            progress=False,
-            chunk_steps=CHUNK_STEPS,
+            run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS),
             **kwargs,
         )
     return _CACHE[key]

@@ -29,7 +29,11 @@ import gradflow._loop.loop as loop
 
 CHUNK = 60
 CHAIN = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-KW = dict(width=8, t1=1500.0, progress=False, chunk_steps=CHUNK)
+KW = dict(
+    width=8,
+    t1=1500.0,
+    run=gf.Run(progress=False, chunk_steps=CHUNK),
+)
 SCALE = 1e-3
 DATA = Path(__file__).parent / "data"
 
@@ -39,7 +43,7 @@ class _References(dict):
     without (`[False]`), each solved when first asked for."""
 
     def __missing__(self, stages: bool) -> gf.Trajectory:
-        self[stages] = gf.integrate(CHAIN, SCALE, stages=stages, **KW)
+        self[stages] = gf.integrate(CHAIN, SCALE, saveat=gf.SaveAt(stages=stages), **KW)
         return self[stages]
 
 
@@ -96,38 +100,46 @@ def test_resume_after_crash_is_bit_identical(
     _crash_after(monkeypatch, crash_at)
     with pytest.raises(RuntimeError, match="simulated crash"):
         gf.integrate(
-            CHAIN, SCALE, stages=stages, checkpoint=ck, checkpoint_every=0, **KW
+            CHAIN,
+            SCALE,
+            saveat=gf.SaveAt(stages=stages),
+            run=gf.Run(checkpoint=ck, checkpoint_every=0),
+            **KW,
         )
     assert ck.exists()
     monkeypatch.undo()
-    resumed = gf.integrate(CHAIN, SCALE, stages=stages, checkpoint=ck, **KW)
-    assert 0 < resumed.stats["resumed_from"] < KW["t1"]
+    resumed = gf.integrate(
+        CHAIN, SCALE, saveat=gf.SaveAt(stages=stages), run=gf.Run(checkpoint=ck), **KW
+    )
+    assert 0 < resumed.stats.resumed_from < KW["t1"]
     assert_same_trajectory(reference[stages], resumed)
 
 
 def test_finished_checkpoint_returns_without_solving(reference, tmp_path, monkeypatch):
     ck = tmp_path / "done.npz"
-    first = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
+    first = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
     assert_same_trajectory(reference[True], first)
-    assert first.stats["resumed_from"] is None
+    assert first.stats.resumed_from is None
     count = _crash_after(monkeypatch, 1)  # any solve would raise
-    again = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
+    again = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
     assert count["n"] == 0
-    assert again.stats["resumed_from"] == KW["t1"]
+    assert again.stats.resumed_from == KW["t1"]
     assert_same_trajectory(reference[True], again)
 
 
 def test_out_of_steps_then_resumed_with_more_steps(reference, tmp_path):
     ck = tmp_path / "steps.npz"
-    partial = gf.integrate(CHAIN, SCALE, checkpoint=ck, max_steps=120, **KW)
+    partial = gf.integrate(
+        CHAIN, SCALE, run=gf.Run(checkpoint=ck), solver=gf.Solver(max_steps=120), **KW
+    )
     assert not partial.ok and "maximum number of steps (120)" in partial.message
     assert 0 < partial.t_final < KW["t1"] and partial.ts[-1] == partial.t_final
     # Everything computed is kept: the saves up to there are the reference's.
     n = np.searchsorted(reference[True].ts, partial.t_final, side="right")
     np.testing.assert_array_equal(partial.loss[:n], reference[True].loss[:n])
     # max_steps is the one setting that may change: raise it and go on.
-    resumed = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
-    assert resumed.stats["resumed_from"] == partial.t_final
+    resumed = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
+    assert resumed.stats.resumed_from == partial.t_final
     assert_same_trajectory(reference[True], resumed)
 
 
@@ -135,7 +147,9 @@ def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
     ck = tmp_path / "sigint.npz"
     _crash_after(monkeypatch, 6, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(gf.Interrupted) as info:
-        gf.integrate(CHAIN, SCALE, checkpoint=ck, checkpoint_every=1e9, **KW)
+        gf.integrate(
+            CHAIN, SCALE, run=gf.Run(checkpoint=ck, checkpoint_every=1e9), **KW
+        )
     partial = info.value.result
     assert isinstance(info.value, KeyboardInterrupt)
     assert info.value.checkpoint == ck and ck.exists()
@@ -148,8 +162,8 @@ def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
     # the SIGINT handler is restored afterwards
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.undo()
-    resumed = gf.integrate(CHAIN, SCALE, checkpoint=ck, **KW)
-    assert resumed.stats["resumed_from"] == partial.t_final
+    resumed = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
+    assert resumed.stats.resumed_from == partial.t_final
     assert_same_trajectory(reference[True], resumed)
 
 
@@ -201,12 +215,12 @@ def test_checkpoint_of_another_call_is_refused(tmp_path, monkeypatch, change, ma
     ck = tmp_path / "other.npz"
     _crash_after(monkeypatch, 2)
     with pytest.raises(RuntimeError):
-        gf.integrate(CHAIN, SCALE, checkpoint=ck, checkpoint_every=0, **KW)
+        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck, checkpoint_every=0), **KW)
     kwargs = {**KW, **change}
     chain = kwargs.pop("chain", CHAIN)
     count = _crash_after(monkeypatch, 1)
     with pytest.raises(ValueError, match=match) as info:
-        gf.integrate(chain, SCALE, checkpoint=ck, **kwargs)
+        gf.integrate(chain, SCALE, run=gf.Run(checkpoint=ck), **kwargs)
     assert str(ck) in str(info.value) and "\n" not in str(info.value)
     assert count["n"] == 0  # refused before solving
 
@@ -218,26 +232,28 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
         ValueError,
         match="is a 'gradflow-trajectory' file, not a 'gradflow-checkpoint' file",
     ):
-        gf.integrate(CHAIN, SCALE, checkpoint=not_ck, **KW)
+        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=not_ck), **KW)
     good = tmp_path / "good.npz"
-    gf.integrate(CHAIN, SCALE, checkpoint=good, **KW)
+    gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=good), **KW)
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(good.read_bytes()[:1000])
     with pytest.raises(ValueError, match="damaged or truncated"):
-        gf.integrate(CHAIN, SCALE, checkpoint=truncated, **KW)
+        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=truncated), **KW)
     with pytest.raises(ValueError, match="checkpoint must be a file path"):
-        gf.integrate(CHAIN, SCALE, checkpoint=tmp_path, **KW)
+        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=tmp_path), **KW)
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
-        gf.integrate(CHAIN, SCALE, checkpoint=3, **KW)
+        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=3), **KW)
     with pytest.raises(ValueError, match="checkpoint_every must be .* got -1.0"):
-        gf.integrate(CHAIN, SCALE, checkpoint=good, checkpoint_every=-1, **KW)
+        gf.integrate(
+            CHAIN, SCALE, run=gf.Run(checkpoint=good, checkpoint_every=-1), **KW
+        )
 
 
 def test_chunk_size_does_not_change_the_solve(reference):
     """Chunks continue each other exactly: 1000-step chunks (the default for a
     model this size) give the 60-step chunks' trajectory bit for bit."""
     traj = gf.integrate(CHAIN, SCALE, **{**KW, "chunk_steps": 1000})
-    assert traj.stats["num_steps"] > CHUNK * 5
+    assert traj.stats.num_steps > CHUNK * 5
     assert_same_trajectory(reference[True], traj)
 
 
@@ -281,5 +297,5 @@ def test_checkpoint_of_another_format_version_is_refused(tmp_path):
         gf.integrate(CHAIN, SCALE, **dict(kw, checkpoint=newer))
     # the unchanged file is this call's: it resumes (out of steps again at once)
     again = gf.integrate(CHAIN, SCALE, **kw)
-    assert again.stats["resumed_from"] == first.t_final
+    assert again.stats.resumed_from == first.t_final
     np.testing.assert_array_equal(again.loss, first.loss)

@@ -86,7 +86,7 @@ def test_cli_trajectory_stages_are_consistent(short_run):
     obs = {**ex, "loss": traj.loss}
     # The stages of the loaded file are those the detector finds on its saved
     # observations (stages are a function of the saved curves).
-    again = gf.detect_stages(traj.ts, obs, chain=chain)
+    again = gf.markov.detect_stages(traj.ts, obs, chain=chain)
     assert [s.name for s in again] == [s.name for s in traj.stages]
     for a, b in zip(again, traj.stages, strict=True):
         # (the saved loss and observe's own loss differ in the last bit)
@@ -233,7 +233,7 @@ def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
 
     a = gf.load(tmp_path / "fresh" / "trajectory.npz")
     b = gf.load(tmp_path / "resumed" / "trajectory.npz")
-    assert a.ok and b.ok and b.stats["resumed_from"] > 0
+    assert a.ok and b.ok and b.stats.resumed_from > 0
     np.testing.assert_array_equal(a.ts, b.ts)
     np.testing.assert_array_equal(a.loss, b.loss)
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
@@ -288,7 +288,7 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
     assert (out / "stages.csv").exists() and not (out / "summary.png").exists()
     monkeypatch.undo()
     assert main([*argv, "--checkpoint", str(ck), "--no-figures"]) == 0
-    assert gf.load(out / "trajectory.npz").stats["resumed_from"] == partial.t_final
+    assert gf.load(out / "trajectory.npz").stats.resumed_from == partial.t_final
 
 
 def test_readme_stage_table_is_what_run_prints(tmp_path, capsys):

@@ -41,7 +41,7 @@ K = M = 3
 N = 6
 PROBLEM = gf.problems.Committee.isotropic(M, N, students=K)
 PLATEAU = committee_plateau(PROBLEM)
-KW = dict(init_scale=1e-3, t1=1000.0, progress=False)
+KW = dict(init_scale=1e-3, t1=1000.0, run=gf.Run(progress=False))
 
 
 @eqx.filter_jit
@@ -219,7 +219,9 @@ def test_escape_time_grows_as_log_one_over_init_scale_over_the_rate():
     eps = np.array([1e-2, 1e-3, 1e-4, 1e-5])
     escape, length, ends = [], [], []
     for e in eps:
-        run = gf.flow(PROBLEM, init_scale=float(e), t1=1000.0, progress=False)
+        run = gf.flow(
+            PROBLEM, init_scale=float(e), t1=1000.0, run=gf.Run(progress=False)
+        )
         escape.append(_crossing(run.ts, run.loss, 0.5 * PLATEAU.loss))
         plateau = [s for s in run.stages if s.name == "plateau"][0]
         # on the plateau every R_kn is equal up to the seeded asymmetry
@@ -253,8 +255,20 @@ def test_sgd_converges_to_the_flow():
     t1 = 200.0
     errors = []
     for lr in (0.1, 0.03, 0.01):
-        run = gf.train_sgd(PROBLEM, start, batch_size=256, lr=lr, t1=t1, progress=False)
-        flow = gf.flow(PROBLEM, params=start, t1=t1, ts=run.ts, progress=False)
+        run = gf.train_sgd(
+            PROBLEM,
+            start,
+            sgd=gf.SGD(lr=lr, batch_size=256),
+            t1=t1,
+            run=gf.Run(progress=False),
+        )
+        flow = gf.flow(
+            PROBLEM,
+            params=start,
+            t1=t1,
+            saveat=gf.SaveAt(run.ts),
+            run=gf.Run(progress=False),
+        )
         levels = [0.5 * (flow.loss[0] + PLATEAU.loss), 0.5 * PLATEAU.loss]
         errors.append(
             max(

@@ -167,7 +167,7 @@ def test_old_sweep_loads():
         _same_params(traj.params, arrays, prefix)
         _loss_is_the_population_loss(traj)
         written = meta["trajectories"][i]
-        assert traj.settings == written["settings"] and traj.settings["seed"] == i
+        assert traj.settings == written["settings"] and traj.settings.seed == i
         assert traj.stats == written["stats"]
         _same_records(traj.stages, written["stages"])
         _same_records(traj.events, written["events"])
@@ -213,7 +213,7 @@ def test_old_sgd_run_loads():
     np.testing.assert_array_equal(run.loss, run.population_loss)
     np.testing.assert_array_equal(run.steps, np.arange(0, 41, 4))
     np.testing.assert_allclose(run.ts, s["lr"] * run.steps, rtol=0, atol=0)
-    assert run.stats["num_steps"] == run.steps[-1] == 40
+    assert run.stats.num_steps == run.steps[-1] == 40
     assert isinstance(run.params, gf.Params)
     _same_params(run.params, arrays)
     _loss_is_the_population_loss(run)
@@ -247,9 +247,8 @@ def test_old_checkpoint_is_refused_naming_the_layout(tmp_path):
             1e-2,
             width=2,
             t1=60.0,
-            ts=np.linspace(0, 60, 7),
-            progress=False,
-            checkpoint=ck,
+            saveat=gf.SaveAt(np.linspace(0, 60, 7)),
+            run=gf.Run(progress=False, checkpoint=ck),
         )
     message = str(info.value)
     assert message.startswith(f"checkpoint '{ck}' was made by a different call: ")

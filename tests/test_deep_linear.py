@@ -38,7 +38,7 @@ HIDDEN = 4
 # random singular bases
 PROBLEM = gf.problems.DeepLinear.random(S, n_in=5, n_out=4, hidden=(HIDDEN,), seed=1)
 LEVELS = [0.5 * float(np.sum(S[k:] ** 2)) for k in range(len(S) + 1)]
-RANDOM = dict(init_scale=1e-4, t1=60.0, progress=False)
+RANDOM = dict(init_scale=1e-4, t1=60.0, run=gf.Run(progress=False))
 
 
 @eqx.filter_jit
@@ -128,14 +128,20 @@ def test_balanced_start_follows_saxe(rtol):
     1e-5, 11 rtol at 1e-8)."""
     u0 = 1e-3
     start = balanced_start(PROBLEM, np.full(3, u0))
-    flow = gf.flow(PROBLEM, params=start, t1=30.0, rtol=rtol, progress=False)
+    flow = gf.flow(
+        PROBLEM,
+        params=start,
+        t1=30.0,
+        solver=gf.Solver(rtol=rtol),
+        run=gf.Run(progress=False),
+    )
     assert flow.ok
     u = flow.extras["modes"][:, :3]
     exact = saxe_mode_strength(flow.ts[:, None], S, u0)
     # the modes rise from u0 to s (the check is not empty)
     np.testing.assert_allclose(u[0], u0, rtol=1e-12)
     assert (u[-1] > 0.999 * S).all()
-    tol = flow.settings["rtol"]
+    tol = flow.settings.rtol
     err = np.max(np.abs(u - exact) / S)
     assert err < 30 * tol, f"largest error {err:.3g} = {err / tol:.3g} rtol"
     # decoupled: the fourth mode (s = 0) stays zero up to the solver's local
@@ -243,9 +249,19 @@ def test_sgd_converges_to_the_flow(traj):
     errors = []
     for lr in (0.03, 0.01, 0.003):
         run = gf.train_sgd(
-            PROBLEM, start, batch_size=64, lr=lr, t1=40.0, progress=False
+            PROBLEM,
+            start,
+            sgd=gf.SGD(lr=lr, batch_size=64),
+            t1=40.0,
+            run=gf.Run(progress=False),
         )
-        flow = gf.flow(PROBLEM, params=start, t1=40.0, ts=run.ts, progress=False)
+        flow = gf.flow(
+            PROBLEM,
+            params=start,
+            t1=40.0,
+            saveat=gf.SaveAt(run.ts),
+            run=gf.Run(progress=False),
+        )
         t_sgd = [np.interp(-x, -run.population_loss, run.ts) for x in levels]
         t_flow = [np.interp(-x, -flow.loss, flow.ts) for x in levels]
         errors.append(max(abs(a - b) / b for a, b in zip(t_sgd, t_flow)))

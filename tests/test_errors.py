@@ -107,7 +107,7 @@ P0_BATCHED = gf.Params(*(np.asarray(x)[None] for x in (P0.W0, P0.W1, P0.WQ, P0.W
 
 def _integrate(**kwargs):
     """`gf.integrate` on a 3-token chain, quiet, with `kwargs` overriding."""
-    args = dict(chain=S3, init_scale=1e-3, t1=10.0, progress=False)
+    args = dict(chain=S3, init_scale=1e-3, t1=10.0, run=gf.Run(progress=False))
     args.update(kwargs)
     chain = args.pop("chain")
     init_scale = args.pop("init_scale")
@@ -117,7 +117,12 @@ def _integrate(**kwargs):
 def _sgd(**kwargs):
     """`gf.train_sgd` on a 3-token chain, small and quiet, `kwargs` overriding."""
     args = dict(
-        source=S3, init_scale=1e-2, width=2, context=4, batch_size=8, lr=0.1, t1=1.0
+        source=S3,
+        init_scale=1e-2,
+        width=2,
+        context=4,
+        sgd=gf.SGD(lr=0.1, batch_size=8),
+        t1=1.0,
     )
     args.update(kwargs, progress=False)
     return gf.train_sgd(args.pop("source"), **args)
@@ -508,7 +513,7 @@ CASES = [
     ),
     Case(
         "integrate-params-as-init-scale",
-        lambda f: gf.integrate(S3, P0, progress=False),
+        lambda f: gf.integrate(S3, P0, run=gf.Run(progress=False)),
         TypeError,
         r"init_scale must be a positive number, got a gradflow\.Params; pass a "
         r"starting point as params=",
@@ -725,7 +730,7 @@ CASES = [
     ),
     Case(
         "integrate_stages-stages-false",
-        lambda f: gf.integrate_stages(S3, 1e-3, stages=False),
+        lambda f: gf.markov.integrate_stages(S3, 1e-3, saveat=gf.SaveAt(stages=False)),
         ValueError,
         r"integrate_stages always locates stages; use gf\.integrate\(\.\.\., "
         r"stages=False\)",

@@ -32,7 +32,7 @@ def traj():
     params = gf.Params(
         *(a[None] + grow[:, None, None] * (b - a)[None] for a, b in zip(start, end))
     )
-    observed = gf.observe_params(ts, params, chain)
+    observed = gf.markov.observe_params(ts, params, chain)
     loss = observed.pop("loss")
     stages = [
         gf.Stage(name=name, cycle=cycle, t_start=a, t_end=b, loss_start=4.0,

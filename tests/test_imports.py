@@ -245,12 +245,9 @@ def test_the_checker_sees_imports_up_the_layers(tmp_path):
         "gradflow._core.errors imports gradflow._flow.flow "
         "(a foundation imports only foundations)",
         "gradflow._engine imports gradflow (a higher layer)",
-        "gradflow._flow.flow imports gradflow.markov.chain "
-        "(a higher layer)",
+        "gradflow._flow.flow imports gradflow.markov.chain (a higher layer)",
     ]
-    assert _long_modules(fake) == {
-        "gradflow.markov.chain": MAX_MODULE_LINES + 1
-    }
+    assert _long_modules(fake) == {"gradflow.markov.chain": MAX_MODULE_LINES + 1}
 
 
 def _reaches(edges, source: str, target: str) -> bool:

@@ -26,7 +26,7 @@ STICKY = gf.chains.sticky(6, 0.5, 0.5, 0.05)
 @pytest.fixture(scope="module")
 def condensation():
     """The paper's chain through condensation and the unigram plateau."""
-    return gf.integrate(STICKY, 1e-3, width=8, t1=80.0, progress=False)
+    return gf.integrate(STICKY, 1e-3, width=8, t1=80.0, run=gf.Run(progress=False))
 
 
 def test_first_plateau_is_unigram_entropy(condensation):
@@ -69,7 +69,11 @@ def test_linear_regime_growth_rate_and_directions():
     # large init scale below (d = 6) is reused
     ts = np.linspace(0, 12 / sigma, 4001)
     traj = gf.integrate(
-        chain, 1e-8, t1=float(ts[-1]), ts=ts, stages=False, progress=False
+        chain,
+        1e-8,
+        t1=float(ts[-1]),
+        saveat=gf.SaveAt(ts, stages=False),
+        run=gf.Run(progress=False),
     )
     n0 = np.linalg.norm(traj.params.W0, axis=(1, 2))
     n1 = np.linalg.norm(traj.params.W1, axis=(1, 2))
@@ -99,7 +103,13 @@ def test_energy_identity_along_trajectory():
     # rtol 1e-8 (not the default 1e-5) so that the solver's error is below the
     # quadrature's and the identity itself is what is checked
     traj = gf.integrate(
-        STICKY, 1e-3, width=8, t1=60.0, ts=ts, rtol=1e-8, progress=False
+        STICKY,
+        1e-3,
+        width=8,
+        t1=60.0,
+        saveat=gf.SaveAt(ts),
+        solver=gf.Solver(rtol=1e-8),
+        run=gf.Run(progress=False),
     )
     dissipated = cumulative_simpson(traj.grad_norm**2, x=ts, initial=0.0)
     drop = traj.loss[0] - traj.loss
@@ -169,7 +179,13 @@ def test_agrees_with_independent_implementation(seed):
     # 401 saves; in this file so that the compilation is shared) is reused. Both solutions
     # are read on the same grid, so its resolution does not enter the check.
     ts = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 400)])
-    traj = gf.integrate(chain, params=params, t1=3000.0, ts=ts, progress=False)
+    traj = gf.integrate(
+        chain,
+        params=params,
+        t1=3000.0,
+        saveat=gf.SaveAt(ts),
+        run=gf.Run(progress=False),
+    )
     assert traj.ok, traj.message
     ref_loss, ref_final = _reference_solution(chain, params, ts)
     levels = _drop_levels(ref_loss)
@@ -193,7 +209,14 @@ def test_energy_identity_on_solved_trajectories(chain, seed):
     params = gf.init_params(4, 3, 0.5, seed)
     ts = np.linspace(0.0, 20.0, 401)
     # rtol 1e-8 so the solver's error is below the quadrature's
-    traj = gf.integrate(chain, params=params, t1=20.0, ts=ts, rtol=1e-8, progress=False)
+    traj = gf.integrate(
+        chain,
+        params=params,
+        t1=20.0,
+        saveat=gf.SaveAt(ts),
+        solver=gf.Solver(rtol=1e-8),
+        run=gf.Run(progress=False),
+    )
     assert traj.ok
     dissipated = cumulative_simpson(traj.grad_norm**2, x=ts, initial=0.0)
     drop = traj.loss[0] - traj.loss
@@ -238,7 +261,7 @@ def test_grad_eval_count_matches_a_counter(solver):
 
 def test_default_solver_grad_evals_per_step(condensation):
     # (moved from tests/test_solvers.py, whose default-path test is slow)
-    assert condensation.settings["solver"] == gf.DEFAULT_SOLVER == "ros34pw2"
+    assert condensation.settings.solver == gf.DEFAULT_SOLVER == "ros34pw2"
     stats = condensation.stats
     # 4 per attempted step, plus 2 for the one solve (events do not restart it)
     assert stats["num_grad_evals"] == 4 * stats["num_steps"] + 2
@@ -247,7 +270,7 @@ def test_default_solver_grad_evals_per_step(condensation):
 def test_loss_never_rises(condensation):
     """The descent check that flags lost solves is silent on a good one."""
     assert np.max(np.diff(condensation.loss)) < 1e-12
-    rtol = condensation.settings["rtol"]
+    rtol = condensation.settings.rtol
     assert check_descent(condensation.ts, condensation.loss, rtol) == ""
 
 
@@ -305,14 +328,19 @@ def test_load_refuses_newer_format(tmp_path, condensation):
 def tiny_start():
     """init_scale = 1e-12 through the stages (3734 steps to t1 = 2000)."""
     # width 8: the solve compiled for the condensation fixture is reused
-    return gf.integrate(STICKY, 1e-12, width=8, t1=2000.0, progress=False)
+    return gf.integrate(STICKY, 1e-12, width=8, t1=2000.0, run=gf.Run(progress=False))
 
 
 def test_failure_keeps_partial_trajectory(tiny_start):
     # max_steps = 1000 (a multiple of the 1000-step chunk): the solve compiled
     # for the condensation fixture is reused; the full run takes 3734 steps
     traj = gf.integrate(
-        STICKY, 1e-12, width=8, t1=2000.0, max_steps=1000, progress=False
+        STICKY,
+        1e-12,
+        width=8,
+        t1=2000.0,
+        solver=gf.Solver(max_steps=1000),
+        run=gf.Run(progress=False),
     )
     assert not traj.ok
     assert (
@@ -322,7 +350,7 @@ def test_failure_keeps_partial_trajectory(tiny_start):
     assert np.all(np.isfinite(traj.loss)) and np.all(np.diff(traj.ts) > 0)
     assert traj.params.W0.shape[0] == len(traj)
     full = tiny_start
-    assert full.ok and full.stats["num_steps"] > 1000
+    assert full.ok and full.stats.num_steps > 1000
     k = len(traj) - 1
     # the partial run is the same computation, cut short (the last point is
     # the state reached, saved off-grid)
@@ -338,7 +366,13 @@ def test_tiny_init_scale_escapes_when_theory_predicts():
     linear theory predicts, from an unstable-mode amplitude of order 1e-12
     (resolved because atol follows the initial scale), and settles on H(pi)."""
     ts = np.linspace(0.0, 200.0, 4001)
-    traj = gf.integrate(STICKY, 1e-12, t1=200.0, ts=ts, stages=False, progress=False)
+    traj = gf.integrate(
+        STICKY,
+        1e-12,
+        t1=200.0,
+        saveat=gf.SaveAt(ts, stages=False),
+        run=gf.Run(progress=False),
+    )
     assert traj.ok, traj.message
     assert traj.loss[0] == pytest.approx(np.log(6), abs=1e-12)
     level = 0.5 * (np.log(6) + float(STICKY.unigram_entropy))
@@ -350,7 +384,7 @@ def test_tiny_init_scale_escapes_when_theory_predicts():
     measured = _crossing_times(traj.ts, traj.loss, [level])[0]
     assert measured == pytest.approx(predicted, rel=1e-4)
     assert traj.loss[-1] == pytest.approx(float(STICKY.unigram_entropy), abs=1e-6)
-    assert check_descent(traj.ts, traj.loss, traj.settings["rtol"]) == ""
+    assert check_descent(traj.ts, traj.loss, traj.settings.rtol) == ""
 
 
 def test_tiny_init_scale_goes_through_the_stages(tiny_start):
@@ -368,7 +402,13 @@ def large_start():
     # 4001 saves: the solve compiled for the tiny-init-scale test (width 16,
     # stages off, 4001 saves) is reused.
     ts = np.linspace(0.0, 50.0, 4001)
-    return gf.integrate(STICKY, 10.0, t1=50.0, ts=ts, stages=False, progress=False)
+    return gf.integrate(
+        STICKY,
+        10.0,
+        t1=50.0,
+        saveat=gf.SaveAt(ts, stages=False),
+        run=gf.Run(progress=False),
+    )
 
 
 def test_large_init_scale_loses_the_flow_and_is_detected(large_start):
@@ -378,7 +418,7 @@ def test_large_init_scale_loses_the_flow_and_is_detected(large_start):
     traj = large_start
     assert traj.loss[0] > 100 * np.log(6)
     assert np.max(np.diff(traj.loss)) > 100
-    message = check_descent(traj.ts, traj.loss, traj.settings["rtol"])
+    message = check_descent(traj.ts, traj.loss, traj.settings.rtol)
     assert message.startswith("the loss rose from ")
     assert "init_scale" in message and "rtol" in message and "\n" not in message
 
@@ -393,7 +433,14 @@ def test_huge_init_scale_stops_with_a_clear_message():
     saturated); the solve stops at max_steps and says what to change."""
     # width 8, 1000 steps (one chunk): the solve compiled for the condensation
     # fixture is reused
-    traj = gf.integrate(STICKY, 1e3, width=8, t1=2000.0, max_steps=1000, progress=False)
+    traj = gf.integrate(
+        STICKY,
+        1e3,
+        width=8,
+        t1=2000.0,
+        solver=gf.Solver(max_steps=1000),
+        run=gf.Run(progress=False),
+    )
     assert not traj.ok and traj.t_final < 1.0
     assert "maximum number of steps (1000) reached" in traj.message
     assert "steps would reach t1" in traj.message
@@ -401,8 +448,8 @@ def test_huge_init_scale_stops_with_a_clear_message():
 
 
 def test_deterministic_bitwise():
-    a = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, progress=False)
-    b = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, progress=False)
+    a = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, run=gf.Run(progress=False))
+    b = gf.integrate(STICKY, 1e-3, width=8, t1=50.0, seed=3, run=gf.Run(progress=False))
     assert tree_allclose(a.params, b.params, rtol=0, atol=0)
     np.testing.assert_array_equal(a.loss, b.loss)
 
@@ -420,11 +467,9 @@ def test_float32_warns_about_tolerance():
             1e-2,
             width=4,
             t1=5.0,
-            rtol=1e-8,
-            dtype="float32",
-            solver="tsit5",
-            stages=False,
-            progress=False,
+            solver=gf.Solver("tsit5", rtol=1e-8, dtype="float32"),
+            saveat=gf.SaveAt(stages=False),
+            run=gf.Run(progress=False),
         )
     assert traj.params.W0.dtype == jnp.float32
 
@@ -488,17 +533,17 @@ P4 = random_params(6, 4, 0.1, 0)
             "t1 must be finite and > 0, got t1 = inf",
         ),
         (
-            dict(init_scale=1e-3, t1=10.0, ts=[0.0, 2.0, 1.0]),
+            dict(init_scale=1e-3, t1=10.0, saveat=gf.SaveAt([0.0, 2.0, 1.0])),
             ValueError,
             r"ts must be strictly increasing, but ts\[1\] = 2.0 and ts\[2\] = 1.0",
         ),
         (
-            dict(init_scale=1e-3, t1=10.0, ts=[0.0, 11.0]),
+            dict(init_scale=1e-3, t1=10.0, saveat=gf.SaveAt([0.0, 11.0])),
             ValueError,
             r"ts must lie in \[0, t1\] = \[0, 10.0\]",
         ),
         (
-            dict(init_scale=1e-3, t1=10.0, ts=[[0.0, 1.0]]),
+            dict(init_scale=1e-3, t1=10.0, saveat=gf.SaveAt([[0.0, 1.0]])),
             ValueError,
             "ts must be a non-empty 1-D array",
         ),
@@ -533,27 +578,27 @@ P4 = random_params(6, 4, 0.1, 0)
             "solver must be a name or a diffrax.AbstractSolver, got int",
         ),
         (
-            dict(init_scale=1e-3, rtol=-1e-3),
+            dict(init_scale=1e-3, solver=gf.Solver(rtol=-1e-3)),
             ValueError,
             "rtol must be finite and > 0, got rtol = -0.001",
         ),
         (
-            dict(init_scale=1e-3, rtol=2.0),
+            dict(init_scale=1e-3, solver=gf.Solver(rtol=2.0)),
             ValueError,
             "rtol must be < 1, got rtol = 2.0",
         ),
         (
-            dict(init_scale=1e-3, atol=0.0),
+            dict(init_scale=1e-3, solver=gf.Solver(atol=0.0)),
             ValueError,
             "atol must be finite and > 0, got atol = 0.0",
         ),
         (
-            dict(init_scale=1e-3, max_steps=0),
+            dict(init_scale=1e-3, solver=gf.Solver(max_steps=0)),
             ValueError,
             "max_steps must be >= 1, got max_steps = 0",
         ),
         (
-            dict(init_scale=1e-3, dtype="float16"),
+            dict(init_scale=1e-3, solver=gf.Solver(dtype="float16")),
             ValueError,
             "dtype must be 'float64' or 'float32', got 'float16'",
         ),
@@ -593,7 +638,7 @@ def _assert_same_solve(a, b):
 def test_flow_on_markov_attention_is_integrate(condensation):
     # the condensation fixture's call, through gf.flow (the same compilation)
     problem = gf.problems.MarkovAttention(STICKY, width=8)
-    traj = gf.flow(problem, 1e-3, t1=80.0, progress=False)
+    traj = gf.flow(problem, 1e-3, t1=80.0, run=gf.Run(progress=False))
     assert traj.ok and len(traj.stages) > 0
     _assert_same_solve(condensation, traj)
     assert traj.problem == condensation.problem
@@ -604,7 +649,12 @@ def test_flow_on_a_variant_is_integrate():
     model = gf.Model(heads=2, value=True)
     # Tsit5 (compiles in about half the default solver's time): the default
     # solver's path through gf.flow is test_flow_on_markov_attention_is_integrate's
-    kw = dict(t1=200.0, ts=np.linspace(0.0, 200.0, 41), solver="tsit5", progress=False)
+    kw = dict(
+        t1=200.0,
+        saveat=gf.SaveAt(np.linspace(0.0, 200.0, 41)),
+        solver="tsit5",
+        run=gf.Run(progress=False),
+    )
     a = gf.integrate(chain, 1e-2, width=2, model=model, **kw)
     problem = gf.problems.MarkovAttention(chain, width=2, model=model)
     b = gf.flow(problem, 1e-2, **kw)

@@ -17,14 +17,16 @@ def test_user_events_and_callbacks():
         direction=True,
     )
     seen = []
-    traj = gf.integrate_stages(
+    traj = gf.markov.integrate_stages(
         chain,
         1e-3,
         width=8,
         t1=300,
-        progress=False,
-        events=[below],
-        callbacks=[lambda event, t, params: seen.append((event.name, t, params.d))],
+        run=gf.Run(progress=False),
+        saveat=gf.SaveAt(
+            events=[below],
+            callbacks=[lambda event, t, params: seen.append((event.name, t, params.d))],
+        ),
     )
     user = [e for e in traj.events if e.name == "below_unigram"]
     assert len(user) == 1 and user[0].located
@@ -37,16 +39,25 @@ def test_user_events_and_callbacks():
         n for n, *_ in seen
     )
     # The steps do not depend on the events watched.
-    bare = gf.integrate(chain, 1e-3, width=8, t1=300, progress=False, stages=False)
-    assert bare.stats["num_steps"] == traj.stats["num_steps"]
+    bare = gf.integrate(
+        chain,
+        1e-3,
+        width=8,
+        t1=300,
+        run=gf.Run(progress=False),
+        saveat=gf.SaveAt(stages=False),
+    )
+    assert bare.stats.num_steps == traj.stats.num_steps
     np.testing.assert_array_equal(bare.loss, traj.loss)
     assert all(d == 6 for _, _, d in seen)
     with pytest.raises(ValueError, match="event name 'focus_start' is used twice"):
-        gf.integrate_stages(
-            chain, 1e-3, events=[gf.Event("focus_start", below.cond_fn)]
+        gf.markov.integrate_stages(
+            chain,
+            1e-3,
+            saveat=gf.SaveAt(events=[gf.Event("focus_start", below.cond_fn)]),
         )
     with pytest.raises(TypeError, match="callbacks must be callables, got int"):
-        gf.integrate_stages(chain, 1e-3, callbacks=[3])
+        gf.markov.integrate_stages(chain, 1e-3, saveat=gf.SaveAt(callbacks=[3]))
 
 
 @pytest.mark.slow
@@ -54,8 +65,8 @@ def test_same_stages_for_five_initialisations():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     sequences = []
     for seed in range(5):
-        traj = gf.integrate_stages(
-            chain, 1e-3, width=8, t1=5000, seed=seed, progress=False
+        traj = gf.markov.integrate_stages(
+            chain, 1e-3, width=8, t1=5000, seed=seed, run=gf.Run(progress=False)
         )
         assert traj.ok
         sequences.append(

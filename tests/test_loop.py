@@ -21,7 +21,12 @@ from gradflow._flow.setup import prepare
 
 
 CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)
-KW = dict(width=2, t1=60.0, ts=np.linspace(0.0, 60.0, 7), progress=False)
+KW = dict(
+    width=2,
+    t1=60.0,
+    saveat=gf.SaveAt(np.linspace(0.0, 60.0, 7)),
+    run=gf.Run(progress=False),
+)
 
 
 class _Compiles:
@@ -41,15 +46,22 @@ class _Compiles:
 # The default scenario's shapes (d = 6, width 8, the default number of saves),
 # whose staged solve other tests compile already; a short t1.
 SCENARIO = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-SCENARIO_KW = dict(width=8, t1=200.0, ts=gf.default_save_times(200.0), progress=False)
+SCENARIO_KW = dict(
+    width=8,
+    t1=200.0,
+    saveat=gf.SaveAt(gf.default_save_times(200.0)),
+    run=gf.Run(progress=False),
+)
 
 
 # The bare kind compiles a solve of its own, so it is in the slow tier.
 @pytest.mark.parametrize("stages", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_second_solve_compiles_nothing(stages):
-    gf.integrate(SCENARIO, 1e-3, seed=0, stages=stages, **SCENARIO_KW)
+    gf.integrate(SCENARIO, 1e-3, seed=0, saveat=gf.SaveAt(stages=stages), **SCENARIO_KW)
     with _Compiles() as c:
-        traj = gf.integrate(SCENARIO, 2e-3, seed=1, stages=stages, **SCENARIO_KW)
+        traj = gf.integrate(
+            SCENARIO, 2e-3, seed=1, saveat=gf.SaveAt(stages=stages), **SCENARIO_KW
+        )
     assert traj.ok
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 

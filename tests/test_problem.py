@@ -36,7 +36,7 @@ EXAMPLE = _example()
 S = np.array([4.0, 1.0, 0.25])
 PROBLEM = EXAMPLE.Factorisation(EXAMPLE.target(S), rank=3)
 LEVELS = [0.5 * float(np.sum(S[k:] ** 2)) for k in range(len(S))]
-KW = dict(init_scale=1e-4, t1=200.0, progress=False)
+KW = dict(init_scale=1e-4, t1=200.0, run=gf.Run(progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_members_of_a_sweep_equal_their_solo_flows():
         np.testing.assert_allclose(traj.loss, solo.loss, rtol=1e-8, atol=0)
         for a, b in zip(jax.tree.leaves(traj.params), jax.tree.leaves(solo.params)):
             np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-300)
-        assert traj.stats["num_steps"] == solo.stats["num_steps"]
+        assert traj.stats.num_steps == solo.stats.num_steps
 
 
 def test_linearisation_at_the_origin_has_rates_s():
@@ -103,10 +103,20 @@ def test_critical_points_are_the_saddles(traj):
 def test_sgd_follows_the_flow(traj):
     start = traj.at(0)
     run = gf.train_sgd(
-        PROBLEM, start, batch_size=256, lr=0.002, t1=12.0, progress=False
+        PROBLEM,
+        start,
+        sgd=gf.SGD(lr=0.002, batch_size=256),
+        t1=12.0,
+        run=gf.Run(progress=False),
     )
-    assert run.ok and run.settings["source"] == "problem"
-    flow = gf.flow(PROBLEM, params=start, t1=12.0, ts=run.ts, progress=False)
+    assert run.ok and run.settings.source == "problem"
+    flow = gf.flow(
+        PROBLEM,
+        params=start,
+        t1=12.0,
+        saveat=gf.SaveAt(run.ts),
+        run=gf.Run(progress=False),
+    )
     level = 0.5 * (LEVELS[0] + LEVELS[1])
     t_sgd = np.interp(-level, -run.population_loss, run.ts)
     t_flow = np.interp(-level, -flow.loss, flow.ts)
@@ -144,4 +154,4 @@ def test_files_keep_the_problem(traj, tmp_path):
 )
 def test_bad_points_are_refused(params, error, match):
     with pytest.raises(error, match=match):
-        gf.flow(PROBLEM, params=params, t1=1.0, progress=False)
+        gf.flow(PROBLEM, params=params, t1=1.0, run=gf.Run(progress=False))

@@ -159,14 +159,22 @@ def _small_chain():
 
 # One small configuration (d=4, width 3, context 8, batch 16) shared by most
 # tests, so that they share compilations.
-SMALL = dict(context=8, batch_size=16, progress=False)
+SMALL = dict(
+    context=8,
+    run=gf.Run(progress=False, batch_size=16),
+)
 
 
 def test_full_batch_equals_gradient_descent():
     chain = _small_chain()
     p0 = random_params(4, 3, 0.5, seed=1)
     run = gf.train_sgd(
-        chain, p0, num_sequences=16, lr=0.3, t1=1.5, ts=[0.0, 1.5], **SMALL
+        chain,
+        p0,
+        sgd=gf.SGD(lr=0.3, num_sequences=16),
+        t1=1.5,
+        saveat=gf.SaveAt([0.0, 1.5]),
+        **SMALL,
     )
     data = ChainSampler(chain, 8)(
         jax.random.split(jax.random.fold_in(jax.random.key(0), 0x5EED))[0], 16
@@ -188,9 +196,9 @@ def test_full_batch_equals_gradient_descent():
 
 def test_results_do_not_depend_on_save_grid():
     chain = _small_chain()
-    kw = dict(init_scale=0.3, width=3, lr=0.1, t1=3.0, **SMALL)
+    kw = dict(init_scale=0.3, width=3, sgd=gf.SGD(lr=0.1), t1=3.0, **SMALL)
     a = gf.train_sgd(chain, **kw)
-    b = gf.train_sgd(chain, ts=[0.0, 3.0], **kw)
+    b = gf.train_sgd(chain, saveat=gf.SaveAt([0.0, 3.0]), **kw)
     assert len(a) > 2 and len(b) == 2
     pairs = zip(
         jax.tree.leaves(a.params[-1]), jax.tree.leaves(b.params[-1]), strict=True
@@ -205,9 +213,15 @@ def test_results_do_not_depend_on_chunk_steps():
     """`chunk_steps` is how often the host looks in: the run is the same,
     whatever the chunks (saves 5 steps apart, chunks of 2 or of 2000)."""
     chain = _small_chain()
-    kw = dict(init_scale=0.3, width=3, lr=0.1, t1=3.0, ts=np.linspace(0, 3, 7))
+    kw = dict(
+        init_scale=0.3,
+        width=3,
+        sgd=gf.SGD(lr=0.1),
+        t1=3.0,
+        saveat=gf.SaveAt(np.linspace(0, 3, 7)),
+    )
     a = gf.train_sgd(chain, **kw, **SMALL)
-    b = gf.train_sgd(chain, chunk_steps=2, **kw, **SMALL)
+    b = gf.train_sgd(chain, run=gf.Run(chunk_steps=2), **kw, **SMALL)
     np.testing.assert_array_equal(a.steps, np.arange(0, 31, 5))
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
         np.testing.assert_array_equal(x, y)
@@ -226,18 +240,19 @@ def test_tiny_lr_huge_batch_approaches_flow():
     chain = _small_chain()
     p0 = random_params(4, 3, 0.5, seed=3)
     t1 = 2.0
-    traj = gf.integrate(chain, params=p0, t1=t1, ts=[0.0, t1], progress=False)
+    traj = gf.integrate(
+        chain, params=p0, t1=t1, saveat=gf.SaveAt([0.0, t1]), run=gf.Run(progress=False)
+    )
     gaps = []
     for lr, batch, context in [(0.4, 16, 8), (0.1, 96, 32), (0.025, 768, 128)]:
         run = gf.train_sgd(
             chain,
             p0,
-            lr=lr,
-            batch_size=batch,
+            sgd=gf.SGD(lr=lr, batch_size=batch),
             context=context,
             t1=t1,
-            ts=[0.0, t1],
-            progress=False,
+            saveat=gf.SaveAt([0.0, t1]),
+            run=gf.Run(progress=False),
         )
         cmp = gf.compare(traj, run)
         gaps.append(cmp.param_distance[-1])
@@ -252,15 +267,15 @@ def _compilations(fn) -> int:
 
 
 def test_new_chain_and_lr_do_not_recompile():
-    kw = dict(init_scale=0.2, width=3, t1=1.0, ts=[0.0, 1.0], **SMALL)
-    gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), lr=0.1, **kw)
+    kw = dict(init_scale=0.2, width=3, t1=1.0, saveat=gf.SaveAt([0.0, 1.0]), **SMALL)
+    gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), sgd=gf.SGD(lr=0.1), **kw)
     before = _compilations(sgd_chunk)
     assert before >= 1
-    gf.train_sgd(gf.chains.random(4, seed=9), lr=0.25, seed=3, **kw)
-    gf.train_sgd(gf.chains.zipf(4), lr=0.5, **kw)
+    gf.train_sgd(gf.chains.random(4, seed=9), sgd=gf.SGD(lr=0.25), seed=3, **kw)
+    gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(lr=0.5), **kw)
     assert _compilations(sgd_chunk) == before
     # The count can fail: another width is another compilation.
-    gf.train_sgd(gf.chains.zipf(4), lr=0.5, **{**kw, "width": 2})
+    gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(lr=0.5), **{**kw, "width": 2})
     assert _compilations(sgd_chunk) == before + 1
 
 
@@ -270,19 +285,20 @@ def test_text_source_and_optimizer():
         stream,
         init_scale=0.1,
         width=3,
-        lr=0.5,
+        sgd=gf.SGD(lr=0.5, optimizer=optax.sgd(0.5, momentum=0.5)),
         t1=10.0,
-        optimizer=optax.sgd(0.5, momentum=0.5),
         **SMALL,
     )
     assert run.ok and np.array_equal(run.chain.P, stream.chain.P)
-    assert run.settings["source"] == "text:builtin"
+    assert run.settings.source == "text:builtin"
     assert run.population_loss[-1] < run.population_loss[0] - 0.05
     assert np.isfinite(run.train_loss).all()
 
 
 def test_save_load_roundtrip(tmp_path):
-    run = gf.train_sgd(_small_chain(), init_scale=0.2, width=3, lr=0.5, t1=2.0, **SMALL)
+    run = gf.train_sgd(
+        _small_chain(), init_scale=0.2, width=3, sgd=gf.SGD(lr=0.5), t1=2.0, **SMALL
+    )
     path = run.save(tmp_path / "run.npz")
     back = gf.load_sgd(path)
     np.testing.assert_array_equal(back.ts, run.ts)
@@ -319,7 +335,7 @@ def test_save_load_roundtrip(tmp_path):
 
 def test_divergence_is_reported():
     run = gf.train_sgd(
-        _small_chain(), init_scale=3.0, width=3, lr=1e200, t1=1e201, **SMALL
+        _small_chain(), init_scale=3.0, width=3, sgd=gf.SGD(lr=1e200), t1=1e201, **SMALL
     )
     assert not run.ok and "non-finite" in run.message and "lower lr" in run.message
 
@@ -327,8 +343,12 @@ def test_divergence_is_reported():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(lr=0.0), ValueError, "lr must be finite and > 0, got lr = 0.0"),
-        (dict(lr=-1), ValueError, "lr must be finite and > 0, got lr = -1"),
+        (
+            dict(sgd=gf.SGD(lr=0.0)),
+            ValueError,
+            "lr must be finite and > 0, got lr = 0.0",
+        ),
+        (dict(sgd=gf.SGD(lr=-1)), ValueError, "lr must be finite and > 0, got lr = -1"),
         (dict(context=0), ValueError, "context must be >= 1, got context = 0"),
         (dict(batch_size=0), ValueError, "batch_size must be >= 1, got batch_size = 0"),
         (dict(batch_size=2.5), TypeError, "batch_size must be an integer"),
@@ -345,7 +365,12 @@ def test_divergence_is_reported():
 )
 def test_bad_input(kwargs, error, match):
     base = dict(
-        init_scale=0.1, width=3, context=4, batch_size=8, lr=0.1, t1=1.0, progress=False
+        init_scale=0.1,
+        width=3,
+        context=4,
+        sgd=gf.SGD(lr=0.1, batch_size=8),
+        t1=1.0,
+        run=gf.Run(progress=False),
     )
     with pytest.raises(error, match=match):
         gf.train_sgd(_small_chain(), **{**base, **kwargs})
@@ -356,7 +381,13 @@ def test_bad_source_and_short_corpus():
         gf.train_sgd(np.eye(3), init_scale=0.1)
     stream = gf.text.encode("the cat sat on the mat and the dog", vocab_size=3)
     with pytest.raises(ValueError, match="corpus has 9 tokens, too few .* 33 tokens"):
-        gf.train_sgd(stream, init_scale=0.1, context=32, batch_size=4, progress=False)
+        gf.train_sgd(
+            stream,
+            init_scale=0.1,
+            context=32,
+            sgd=gf.SGD(batch_size=4),
+            run=gf.Run(progress=False),
+        )
 
 
 # ------------------------------------------------------ a user-defined problem
@@ -418,11 +449,16 @@ def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
     t1, lr = 3.0, 0.002
     ts = np.linspace(0.0, t1, 301)  # every 5 steps
     run = gf.train_sgd(
-        problem, init_scale=1.0, lr=lr, batch_size=256, t1=t1, ts=ts, progress=False
+        problem,
+        init_scale=1.0,
+        sgd=gf.SGD(lr=lr, batch_size=256),
+        t1=t1,
+        saveat=gf.SaveAt(ts),
+        run=gf.Run(progress=False),
     )
     assert run.ok and isinstance(run.problem, LinearRegression)
-    assert run.settings["source"] == "problem" and run.settings["batch_size"] == 256
-    assert run.stats["num_steps"] == 1500
+    assert run.settings.source == "problem" and run.settings.batch_size == 256
+    assert run.stats.num_steps == 1500
     np.testing.assert_allclose(run.ts, ts, rtol=1e-12)
     # The saves are scored with the problem's loss.
     w = np.asarray(run.params)
@@ -444,7 +480,13 @@ def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
     assert back.settings == run.settings and back.ok
 
     # The flow of the same problem from the same start, at the same times.
-    traj = gf.flow(problem, params=run.at(0), t1=t1, ts=run.ts, progress=False)
+    traj = gf.flow(
+        problem,
+        params=run.at(0),
+        t1=t1,
+        saveat=gf.SaveAt(run.ts),
+        run=gf.Run(progress=False),
+    )
     assert traj.ok
     # The solve is right, L(t) = L(0) exp(-2t), to the default tolerances
     # (errors ~5e-5, far below the bounds on SGD below).
@@ -466,7 +508,7 @@ def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
 def test_user_problem_bad_input():
     problem = LinearRegression(jnp.ones(3))
     with pytest.raises(ValueError, match="width is for a chain or a text source"):
-        gf.train_sgd(problem, init_scale=1.0, width=3, progress=False)
+        gf.train_sgd(problem, init_scale=1.0, width=3, run=gf.Run(progress=False))
 
     class NoSampler(gf.Problem):
         w_star: jax.Array
@@ -478,7 +520,7 @@ def test_user_problem_bad_input():
             return init_scale * jax.random.normal(key, self.w_star.shape)
 
     with pytest.raises(TypeError, match="defines no sample and sample_loss"):
-        gf.train_sgd(NoSampler(jnp.ones(3)), init_scale=1.0, progress=False)
+        gf.train_sgd(NoSampler(jnp.ones(3)), init_scale=1.0, run=gf.Run(progress=False))
 
 
 # ------------------------------------------------------------------- compare
@@ -583,13 +625,14 @@ def test_sgd_tracks_flow_on_unseen_chain():
         chain,
         p0,
         context=256,
-        batch_size=512,
-        lr=0.2,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
         t1=300.0,
         seed=5,
-        progress=False,
+        run=gf.Run(progress=False),
     )
-    traj = gf.integrate(chain, params=p0, t1=300.0, ts=run.ts, progress=False)
+    traj = gf.integrate(
+        chain, params=p0, t1=300.0, saveat=gf.SaveAt(run.ts), run=gf.Run(progress=False)
+    )
     cmp = gf.compare(traj, run)
     assert cmp.exact and np.isfinite(cmp.flow_crossings).all()
     assert np.max(cmp.crossing_rel_error) < 0.1
@@ -603,12 +646,17 @@ def test_sgd_run_has_the_flows_stages():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     p0 = gf.init_params(6, 8, 1e-3, 0)
     run = gf.train_sgd(
-        chain, p0, context=256, batch_size=512, lr=0.2, t1=250.0, progress=False
+        chain,
+        p0,
+        context=256,
+        sgd=gf.SGD(lr=0.2, batch_size=512),
+        t1=250.0,
+        run=gf.Run(progress=False),
     )
     # The flow at the default save times (not the run's): the solve compiled
     # for the default scenario's shapes is reused; stages and `compare` read
     # times off each curve's own grid.
-    traj = gf.integrate(chain, params=p0, t1=250.0, progress=False)
+    traj = gf.integrate(chain, params=p0, t1=250.0, run=gf.Run(progress=False))
     sgd_stages = [s for s in run.stages if s.name != "plateau"]
     names = [s.name for s in sgd_stages]
     assert names[:3] == ["condensation", "focus", "dilution"]

@@ -39,12 +39,10 @@ KW = dict(
     init_scale=0.3,
     width=4,
     context=16,
-    batch_size=32,
-    lr=0.2,
+    sgd=gf.SGD(lr=0.2, batch_size=32),
     t1=20.0,
-    ts=np.linspace(0.0, 20.0, 11),
-    progress=False,
-    chunk_steps=4,
+    saveat=gf.SaveAt(np.linspace(0.0, 20.0, 11)),
+    run=gf.Run(progress=False, chunk_steps=4),
 )
 CLI = (
     "sgd --d 4 --width 4 --init-scale 0.3 --context 16 --batch-size 32 --lr 0.2 "
@@ -162,7 +160,11 @@ def test_killed_run_resumes_to_the_same_bits(
     path = tmp_path / "run.ckpt.npz"
     chunks = _fail_at_call(monkeypatch, crash_at)
     with pytest.raises(_Crash):
-        gf.train_sgd(CHAIN, **KW, checkpoint=path, checkpoint_every=0)
+        gf.train_sgd(
+            CHAIN,
+            **KW,
+            run=gf.Run(checkpoint=path, checkpoint_every=0),
+        )
     starts = [10 * k + j for k in range(10) for j in (0, 4, 8)]
     assert chunks.starts == starts[:crash_at]
     if resumed is None:
@@ -180,13 +182,17 @@ def test_killed_run_resumes_to_the_same_bits(
     chunks = _no_steps(monkeypatch)  # counts chunks, never fails
     compiled = _REAL_CHUNK._cached._cache_size()  # noqa: SLF001
     kw = dict(KW, chunk_steps=chunk_steps)
-    run = gf.train_sgd(CHAIN, **kw, checkpoint=path, checkpoint_every=0)
+    run = gf.train_sgd(
+        CHAIN,
+        **kw,
+        run=gf.Run(checkpoint=path, checkpoint_every=0),
+    )
     if chunk_steps == KW["chunk_steps"]:  # the same chunk: no recompile
         assert _REAL_CHUNK._cached._cache_size() == compiled  # noqa: SLF001
     assert chunks.starts[0] == (resumed or 0)
-    assert run.stats["resumed_from_step"] == resumed
-    assert run.stats["steps_run"] == 100 - (resumed or 0)
-    assert run.stats["num_steps"] == 100
+    assert run.stats.resumed_from_step == resumed
+    assert run.stats.steps_run == 100 - (resumed or 0)
+    assert run.stats.num_steps == 100
     _assert_same_run(run, reference)
     meta, state = _state(path, chunks.states[-1])
     assert meta == {"step": 100} and int(state.num_saved) == 11  # finished
@@ -194,9 +200,9 @@ def test_killed_run_resumes_to_the_same_bits(
 
     # The finished checkpoint returns the run without taking a step.
     chunks = _no_steps(monkeypatch)
-    again = gf.train_sgd(CHAIN, **KW, checkpoint=path)
+    again = gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     assert chunks.starts == []
-    assert again.stats["steps_run"] == 0 and again.stats["resumed_from_step"] == 100
+    assert again.stats.steps_run == 0 and again.stats.resumed_from_step == 100
     _assert_same_run(again, reference)
 
 
@@ -214,12 +220,19 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
     assert not np.array_equal(ref.params.W0, reference.params.W0)  # momentum acts
     chunks = _fail_at_call(monkeypatch, 4)
     with pytest.raises(_Crash):
-        gf.train_sgd(CHAIN, **KW, optimizer=first, checkpoint=path, checkpoint_every=0)
+        gf.train_sgd(
+            CHAIN,
+            **KW,
+            sgd=gf.SGD(optimizer=first),
+            run=gf.Run(checkpoint=path, checkpoint_every=0),
+        )
     like = chunks.states[-1]
     monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     saved = path.read_bytes()
-    run = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
-    assert run.stats["resumed_from_step"] == 10
+    run = gf.train_sgd(
+        CHAIN, **KW, sgd=gf.SGD(optimizer=second), run=gf.Run(checkpoint=path)
+    )
+    assert run.stats.resumed_from_step == 10
     _assert_same_run(run, ref)
 
     # The optimizer's state (the momentum) is in the checkpoint: zero it.
@@ -235,8 +248,10 @@ def test_custom_optimizer_state_is_restored(tmp_path, monkeypatch, reference):
     for k in momentum:
         arrays[k] = np.zeros_like(arrays[k])
     np.savez(path, __gradflow__=np.array(json.dumps(meta)), **arrays)
-    zeroed = gf.train_sgd(CHAIN, **KW, optimizer=second, checkpoint=path)
-    assert zeroed.stats["resumed_from_step"] == 10
+    zeroed = gf.train_sgd(
+        CHAIN, **KW, sgd=gf.SGD(optimizer=second), run=gf.Run(checkpoint=path)
+    )
+    assert zeroed.stats.resumed_from_step == 10
     np.testing.assert_array_equal(zeroed.params.W0[:2], ref.params.W0[:2])
     assert not np.array_equal(zeroed.params.W0[-1], ref.params.W0[-1])
 
@@ -250,7 +265,7 @@ def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference):
     # that chunk, writes its checkpoint and raises with what it has.
     chunks = _fail_at_call(monkeypatch, 4, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(KeyboardInterrupt) as info:
-        gf.train_sgd(CHAIN, **KW, checkpoint=path)
+        gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     e = info.value
     assert isinstance(e, gf.Interrupted) and e.checkpoint == path
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -273,7 +288,7 @@ def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference):
     np.testing.assert_array_equal(
         part.population_loss[:2], reference.population_loss[:2]
     )
-    assert part.stats["num_steps"] == 14
+    assert part.stats.num_steps == 14
     assert len(part.extras["att_entropy"]) == 3  # stages were attached
     # The iterate at the interruption is the state the checkpoint holds.
     meta, state = _state(path, chunks.states[-1])
@@ -286,8 +301,8 @@ def test_ctrl_c_stops_saves_and_resumes(tmp_path, monkeypatch, reference):
         np.testing.assert_array_equal(x[-1], y)
 
     monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
-    run = gf.train_sgd(CHAIN, **KW, checkpoint=path)
-    assert run.stats["resumed_from_step"] == 14
+    run = gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
+    assert run.stats.resumed_from_step == 14
     _assert_same_run(run, reference)
 
 
@@ -321,14 +336,14 @@ def test_ctrl_c_in_the_last_chunk_returns_the_finished_run(monkeypatch, referenc
 @pytest.fixture(scope="module")
 def finished_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "run.ckpt.npz"
-    gf.train_sgd(CHAIN, **KW, checkpoint=path)
+    gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     return path
 
 
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(lr=0.25), "lr = 0.2 there, 0.25 here"),
+        (dict(sgd=gf.SGD(lr=0.25)), "lr = 0.2 there, 0.25 here"),
         (dict(seed=1), "seed = 0 there, 1 here"),
         (dict(batch_size=16), "batch_size = 32 there, 16 here"),
         (dict(num_sequences=64), "num_sequences = null there, 64 here"),
@@ -354,7 +369,7 @@ def test_checkpoint_of_another_call_is_refused(
     _nothing_drawn(monkeypatch)  # refused before anything is drawn or stepped
     kw = {**KW, "source": CHAIN, **change}
     with pytest.raises(ValueError, match=match) as info:
-        gf.train_sgd(**kw, checkpoint=finished_checkpoint)
+        gf.train_sgd(**kw, run=gf.Run(checkpoint=finished_checkpoint))
     assert f"checkpoint '{finished_checkpoint}' was made by a different call" in str(
         info.value
     )
@@ -363,27 +378,41 @@ def test_checkpoint_of_another_call_is_refused(
 def test_custom_optimizers_are_compared_by_content(tmp_path, monkeypatch):
     path = tmp_path / "opt.ckpt.npz"
     opt = optax.sgd(0.2, momentum=0.5)
-    gf.train_sgd(CHAIN, **KW, optimizer=opt, checkpoint=path)
+    gf.train_sgd(CHAIN, **KW, sgd=gf.SGD(optimizer=opt), run=gf.Run(checkpoint=path))
     chunks = _no_steps(monkeypatch)
     # Same kind and hyperparameters, another object: accepted (finished run).
     run = gf.train_sgd(
-        CHAIN, **KW, optimizer=optax.sgd(0.2, momentum=0.5), checkpoint=path
+        CHAIN,
+        **KW,
+        sgd=gf.SGD(optimizer=optax.sgd(0.2, momentum=0.5)),
+        run=gf.Run(checkpoint=path),
     )
-    assert run.stats["resumed_from_step"] == 100 and chunks.starts == []
+    assert run.stats.resumed_from_step == 100 and chunks.starts == []
     _nothing_drawn(monkeypatch)  # the others are refused before anything runs
     with pytest.raises(ValueError, match=r"decay = 0.5 there, 0.9 here"):
         gf.train_sgd(
-            CHAIN, **KW, optimizer=optax.sgd(0.2, momentum=0.9), checkpoint=path
+            CHAIN,
+            **KW,
+            sgd=gf.SGD(optimizer=optax.sgd(0.2, momentum=0.9)),
+            run=gf.Run(checkpoint=path),
         )
     with pytest.raises(ValueError, match=r"step_size = -0.2 there, -0.1 here"):
         gf.train_sgd(
-            CHAIN, **KW, optimizer=optax.sgd(0.1, momentum=0.5), checkpoint=path
+            CHAIN,
+            **KW,
+            sgd=gf.SGD(optimizer=optax.sgd(0.1, momentum=0.5)),
+            run=gf.Run(checkpoint=path),
         )
     with pytest.raises(
         ValueError,
         match=r'optimizer state\[0\]\.mu\.W0 = "\(unset\)" there, "float64\[4, 4\]"',
     ):
-        gf.train_sgd(CHAIN, **KW, optimizer=optax.adam(0.2), checkpoint=path)
+        gf.train_sgd(
+            CHAIN,
+            **KW,
+            sgd=gf.SGD(optimizer=optax.adam(0.2)),
+            run=gf.Run(checkpoint=path),
+        )
 
 
 def test_checkpoint_of_integrate_is_refused(tmp_path):
@@ -394,7 +423,7 @@ def test_checkpoint_of_integrate_is_refused(tmp_path):
     with pytest.raises(
         ValueError, match="written by 'integrate', not 'train_sgd'"
     ) as info:
-        gf.train_sgd(CHAIN, **KW, checkpoint=path)
+        gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     assert str(path) in str(info.value)
 
 
@@ -402,12 +431,12 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, finished_checkpoint):
     path = tmp_path / "cut.ckpt.npz"
     path.write_bytes(finished_checkpoint.read_bytes()[:2000])
     with pytest.raises(ValueError, match="could not be read .* truncated") as info:
-        gf.train_sgd(CHAIN, **KW, checkpoint=path)
+        gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     assert f"'{path}'" in str(info.value)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
     with pytest.raises(ValueError, match="is not a gradflow-checkpoint file"):
-        gf.train_sgd(CHAIN, **KW, checkpoint=junk)
+        gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=junk))
 
 
 def test_checkpoint_state_that_does_not_fit_is_refused(
@@ -432,7 +461,7 @@ def test_checkpoint_state_that_does_not_fit_is_refused(
             "float64[11, 4, 4]"
         ),
     ):
-        gf.train_sgd(CHAIN, **KW, checkpoint=path)
+        gf.train_sgd(CHAIN, **KW, run=gf.Run(checkpoint=path))
     assert chunks.starts == []
 
 
@@ -453,13 +482,15 @@ def test_bad_checkpoint_arguments(monkeypatch, kwargs, error, match):
 
 def test_failed_run_is_checkpointed_as_finished(tmp_path, monkeypatch):
     path = tmp_path / "diverged.ckpt.npz"
-    kw = dict(KW, init_scale=3.0, lr=1e200, t1=1e201, ts=None)
-    run = gf.train_sgd(CHAIN, **kw, checkpoint=path)
+    kw = dict(
+        KW, init_scale=3.0, sgd=gf.SGD(lr=1e200), t1=1e201, saveat=gf.SaveAt(None)
+    )
+    run = gf.train_sgd(CHAIN, **kw, run=gf.Run(checkpoint=path))
     assert not run.ok and "non-finite" in run.message
     chunks = _no_steps(monkeypatch)  # running it again returns the failure
-    again = gf.train_sgd(CHAIN, **kw, checkpoint=path)
+    again = gf.train_sgd(CHAIN, **kw, run=gf.Run(checkpoint=path))
     assert not again.ok and again.message == run.message
-    assert again.stats["steps_run"] == 0 and chunks.starts == []
+    assert again.stats.steps_run == 0 and chunks.starts == []
     _assert_same_run(again, run)
 
 
@@ -467,12 +498,18 @@ def test_periodic_writes_follow_the_clock(tmp_path):
     """`checkpoint_every` is wall time: 0 writes after every chunk (30 chunks:
     4 + 4 + 2 steps between saves, plus the final write), an hour writes only
     at the end."""
-    every = gf.train_sgd(CHAIN, **KW, checkpoint=tmp_path / "a.npz", checkpoint_every=0)
-    hourly = gf.train_sgd(
-        CHAIN, **KW, checkpoint=tmp_path / "b.npz", checkpoint_every=3600
+    every = gf.train_sgd(
+        CHAIN,
+        **KW,
+        run=gf.Run(checkpoint=tmp_path / "a.npz", checkpoint_every=0),
     )
-    assert every.stats["checkpoint_writes"] == 31
-    assert hourly.stats["checkpoint_writes"] == 1
+    hourly = gf.train_sgd(
+        CHAIN,
+        **KW,
+        run=gf.Run(checkpoint=tmp_path / "b.npz", checkpoint_every=3600),
+    )
+    assert every.stats.checkpoint_writes == 31
+    assert hourly.stats.checkpoint_writes == 1
 
 
 # ----------------------------------------------------------------------- CLI
@@ -514,7 +551,7 @@ def test_cli_ctrl_c_saves_partial_run(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sgd_loop, "sgd_chunk", _REAL_CHUNK)
     assert main(args) == 0
     full = gf.load_sgd(out / "sgd_run.npz")
-    assert full.ok and full.stats["resumed_from_step"] == done
+    assert full.ok and full.stats.resumed_from_step == done
     np.testing.assert_array_equal(full.steps[: len(part) - 1], part.steps[:-1])
 
 

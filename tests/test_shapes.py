@@ -18,17 +18,17 @@ def test_a_wrong_shape_raises_the_jaxtyping_error():
     A = jnp.full((3, 4), 0.25)
     pi = jnp.full((3,), 1 / 3)
     with pytest.raises(jaxtyping.TypeCheckError, match="attention_entropy"):
-        gf.attention_entropy(A, pi)
+        gf.markov.attention_entropy(A, pi)
 
 
 def test_inconsistent_named_dimensions_raise_the_jaxtyping_error():
     # d is bound by A (3, 3); a pi of length 4 contradicts it.
     A = jnp.full((3, 3), 1 / 3)
     with pytest.raises(jaxtyping.TypeCheckError, match="attention_entropy"):
-        gf.attention_entropy(A, jnp.full((4,), 0.25))
+        gf.markov.attention_entropy(A, jnp.full((4,), 0.25))
 
 
 def test_right_shapes_pass_the_check():
     A = jnp.full((3, 3), 1 / 3)
     pi = jnp.full((3,), 1 / 3)
-    assert jnp.allclose(gf.attention_entropy(A, pi), jnp.log(3.0))
+    assert jnp.allclose(gf.markov.attention_entropy(A, pi), jnp.log(3.0))

@@ -188,7 +188,9 @@ def _default_path_sticky(**kwargs):
     # As many saves as the default (798): the default solve of this shape
     # (width 8, stages on) is compiled once for the whole test session.
     ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, DEFAULT_NUM_SAVES - 1)])
-    common = dict(width=8, seed=0, t1=200.0, ts=ts, progress=False)
+    common = dict(
+        width=8, seed=0, t1=200.0, saveat=gf.SaveAt(ts), run=gf.Run(progress=False)
+    )
     return chain, ts, gf.integrate(chain, 1e-3, **common, **kwargs)
 
 
@@ -200,7 +202,7 @@ def test_default_path_agrees_with_tight_reference():
     # final loss within 1e-6).
     chain, ts, ref = _default_path_sticky(solver="tsit5", rtol=1e-11, atol=1e-14)
     _, _, traj = _default_path_sticky()
-    assert traj.settings["solver"] == gf.DEFAULT_SOLVER == "ros34pw2"
+    assert traj.settings.solver == gf.DEFAULT_SOLVER == "ros34pw2"
     assert ref.ok and traj.ok
     h_pi = float(chain.unigram_entropy)
     assert ref.loss[-1] < h_pi - 0.1  # the run does pass both drops
@@ -308,8 +310,12 @@ def test_default_path_full_sticky_scenario():
     # rtol 1e-10. About 2 minutes (the reference is stiff for Tsit5).
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
     ts = np.concatenate([[0.0], np.geomspace(0.2, 20_000.0, 1999)])
-    common = dict(width=8, seed=0, t1=20_000.0, ts=ts, progress=False)
-    ref = gf.integrate(chain, 1e-3, solver="tsit5", rtol=1e-10, atol=1e-13, **common)
+    common = dict(
+        width=8, seed=0, t1=20_000.0, saveat=gf.SaveAt(ts), run=gf.Run(progress=False)
+    )
+    ref = gf.integrate(
+        chain, 1e-3, solver=gf.Solver("tsit5", rtol=1e-10, atol=1e-13), **common
+    )
     traj = gf.integrate(chain, 1e-3, **common)
     assert ref.ok and traj.ok
     # Plateaus of the reference: log 6, H(pi), and the later ones it reaches.
@@ -396,7 +402,7 @@ def test_carried_basis_finds_the_dominant_eigenpairs_at_fewer_products(
             max_steps=2000,
         )
         states[carry] = sol.solver_state
-        steps = int(sol.stats["num_accepted_steps"])
+        steps = int(sol.stats.num_accepted_steps)
         per_refresh = (power_iterations + (not carry)) * r
         assert int(sol.solver_state.num_refreshes) == steps
         assert int(sol.solver_state.num_jvps) == steps * (1 + per_refresh)
@@ -426,16 +432,13 @@ def test_solver_options_are_recorded_in_the_settings():
         init_scale=1e-3,
         params=None,
         t1=10.0,
-        ts=None,
+        saveat=gf.SaveAt(None),
         seed=0,
-        rtol=None,
-        atol=None,
-        max_steps=100,
-        dtype="float64",
+        solver=gf.Solver(rtol=None, atol=None, max_steps=100, dtype="float64"),
     )
     problem = gf.problems.MarkovAttention(gf.chains.random(3, seed=0), width=2)
     setup = prepare(problem, solver=tuned, **kwargs)
-    assert setup.settings["solver_options"] == solver_options(tuned)
+    assert setup.settings.solver_options == solver_options(tuned)
     # absent for a default solver: older checkpoints of default calls still resume
     assert "solver_options" not in prepare(problem, solver=None, **kwargs).settings
 
@@ -509,7 +512,7 @@ def test_adaptive_rank_grows_to_the_stiff_part():
     assert sol_f.solver_state.level is None
     assert adaptive.rank_in_use(sol_a.solver_state) == 32
     assert fixed.rank_in_use(sol_f.solver_state) == 4
-    assert int(sol_a.stats["num_steps"]) < int(sol_f.stats["num_steps"]) / 2
+    assert int(sol_a.stats.num_steps) < int(sol_f.stats.num_steps) / 2
     exact = np.asarray(jax.scipy.linalg.expm(-10.0 * jnp.asarray(A)) @ y0)
     for sol in (sol_f, sol_a):
         np.testing.assert_allclose(np.asarray(sol.ys[0]), exact, atol=1e-5)

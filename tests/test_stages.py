@@ -134,7 +134,7 @@ def test_thresholds_reject_bad_values(kwargs, match):
 
 def test_observe_shapes_and_values():
     p = jax.tree.map(lambda x: jnp.asarray(x[0]), _params(1, d=4, m=3))
-    out = gf.observe(1.0, p, CHAIN)
+    out = gf.markov.observe(1.0, p, CHAIN)
     n = 3
     assert out["att_mass"].shape == (4,) and out["sv_W0"].shape == (n,)
     assert out["sv_ratio"].shape == (n - 1,) and out["right_sv_W0"].shape == (n, 4)
@@ -156,12 +156,12 @@ def test_observe_shapes_and_values():
 
 def test_observe_params_compiles_once_per_shape():
     ts = np.linspace(1.0, 10.0, 7)
-    a = gf.observe_params(ts, _params(7, seed=1), CHAIN, batch=4)
+    a = gf.markov.observe_params(ts, _params(7, seed=1), CHAIN, batch=4)
     before = _observe_many._cached._cache_size()  # noqa: SLF001
     # another run, another chain of the same d, another length: no new trace
-    gf.observe_params(ts[:5], _params(5, seed=2), gf.chains.random(4), batch=4)
+    gf.markov.observe_params(ts[:5], _params(5, seed=2), gf.chains.random(4), batch=4)
     assert _observe_many._cached._cache_size() == before  # noqa: SLF001
-    one = gf.observe(
+    one = gf.markov.observe(
         jnp.asarray(ts[3]),
         jax.tree.map(lambda x: jnp.asarray(x[3]), _params(7, seed=1)),
         CHAIN,
@@ -174,7 +174,7 @@ def test_observe_params_batches_are_bounded_by_d_squared(monkeypatch):
     # capped at OBSERVE_BATCH_ENTRIES / d^2 points; the cap changes no value.
     ts = np.linspace(1.0, 10.0, 11)
     params = _params(11, seed=3)
-    whole = gf.observe_params(ts, params, CHAIN)
+    whole = gf.markov.observe_params(ts, params, CHAIN)
     sizes = []
     inner = engine_stages._observe_many  # noqa: SLF001
 
@@ -184,7 +184,7 @@ def test_observe_params_batches_are_bounded_by_d_squared(monkeypatch):
 
     monkeypatch.setattr(engine_stages, "_observe_many", spy)
     monkeypatch.setattr(markov_problem, "OBSERVE_BATCH_ENTRIES", 3 * CHAIN.d**2 + 1)
-    capped = gf.observe_params(ts, params, CHAIN)
+    capped = gf.markov.observe_params(ts, params, CHAIN)
     assert sizes == [3, 3, 3, 3]
     for key in whole:
         np.testing.assert_allclose(capped[key], whole[key], rtol=1e-13, atol=1e-15)
@@ -224,7 +224,7 @@ def _synthetic(T=600):
 
 def test_detect_stages_on_synthetic_curves():
     ts, obs = _synthetic()
-    stages = gf.detect_stages(ts, obs, chain=CHAIN)
+    stages = gf.markov.detect_stages(ts, obs, chain=CHAIN)
     names = [s.name for s in stages]
     assert names == [
         "condensation",
@@ -250,25 +250,25 @@ def test_detect_stages_on_synthetic_curves():
 def test_detect_stages_needs_the_observations():
     ts, obs = _synthetic(50)
     with pytest.raises(ValueError, match=r"observations lack \['att_entropy'\]"):
-        gf.detect_stages(
+        gf.markov.detect_stages(
             ts, {k: v for k, v in obs.items() if k != "att_entropy"}, chain=CHAIN
         )
     with pytest.raises(ValueError, match=r"observations\['loss'\] must have one entry"):
-        gf.detect_stages(ts, {**obs, "loss": obs["loss"][:-1]}, chain=CHAIN)
+        gf.markov.detect_stages(ts, {**obs, "loss": obs["loss"][:-1]}, chain=CHAIN)
     with pytest.raises(ValueError, match="strictly increasing"):
-        gf.detect_stages(ts[::-1], obs, chain=CHAIN)
+        gf.markov.detect_stages(ts[::-1], obs, chain=CHAIN)
     with pytest.raises(ValueError, match="but chain has d = 6"):
-        gf.detect_stages(ts, obs, chain=gf.chains.sticky(6, 0.5, 0.5, 0.05))
+        gf.markov.detect_stages(ts, obs, chain=gf.chains.sticky(6, 0.5, 0.5, 0.05))
     with pytest.raises(
         TypeError, match="thresholds must be a gradflow.StageThresholds"
     ):
-        gf.detect_stages(ts, obs, chain=CHAIN, thresholds={"focus_rate": 1})
+        gf.markov.detect_stages(ts, obs, chain=CHAIN, thresholds={"focus_rate": 1})
     assert set(DETECTOR_KEYS) <= set(obs)
 
 
 def test_stages_from_params_gives_events_of_the_boundaries():
     ts = np.geomspace(1.0, 100.0, 20)
-    stages, events, obs = gf.stages_from_params(ts, _params(20, seed=3), CHAIN)
+    stages, events, obs = gf.markov.stages_from_params(ts, _params(20, seed=3), CHAIN)
     assert obs["att_mass"].shape == (20, 4)
     assert all(isinstance(s, gf.Stage) for s in stages)
     assert [e.t for e in events] == sorted(e.t for e in events)

@@ -38,9 +38,8 @@ def small_results():
             width=4,
             seed=seed,
             t1=5000.0,
-            ts=gf.default_save_times(5000.0, sa.DENSE_NUM),
-            stages=False,
-            progress=False,
+            saveat=gf.SaveAt(gf.default_save_times(5000.0, sa.DENSE_NUM), stages=False),
+            run=gf.Run(progress=False),
         )
         assert traj.ok, traj.message
         stages, _ = sa.detect_on_default_grid(traj, step=sa.STAGES_STEP)

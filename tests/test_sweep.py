@@ -43,7 +43,7 @@ def test_member_equals_solo_integrate(sw, i):
         seed=member.seed,
         width=M,
         t1=T1,
-        progress=False,
+        run=gf.Run(progress=False),
     )
     traj = sw[i]
     assert traj.ok and solo.ok
@@ -59,10 +59,10 @@ def test_member_equals_solo_integrate(sw, i):
     for a, b in zip(traj.events, solo.events, strict=True):
         assert abs(a.t - b.t) <= 5e-3 * b.t
     assert traj.settings == solo.settings
-    assert traj.stats["num_steps"] == solo.stats["num_steps"]
+    assert traj.stats.num_steps == solo.stats.num_steps
     # On a CPU the members go one by one (batch_size 1): the same computation
     # as the solo call, so the same numbers to round-off.
-    assert sw.stats["batch_size"] == 1
+    assert sw.stats.batch_size == 1
     np.testing.assert_allclose(traj.loss, solo.loss, rtol=1e-12, atol=0)
 
 
@@ -75,8 +75,8 @@ def test_batch_sizes_agree(sw, batch_size):
     batched = small_sweep(gf, batch_size=batch_size)
     # per device, at most its share of the members (a CPU host has one device
     # per core: gradflow/_core/devices.py)
-    per_device = -(-len(sw) // batched.stats["num_devices"])
-    assert batched.stats["batch_size"] == min(batch_size, per_device)
+    per_device = -(-len(sw) // batched.stats.num_devices)
+    assert batched.stats.batch_size == min(batch_size, per_device)
     assert batched.ok.all()
     np.testing.assert_allclose(batched.loss, sw.loss, rtol=1e-9, atol=0)
     for a, b in zip(batched, sw, strict=True):
@@ -96,7 +96,7 @@ def test_members_in_c_order_with_labels(sw):
             assert (m.index, m.problem, m.seed, m.init_scale) == (i, c, seed, 1e-3)
             assert m.chain == m.problem  # the name of a sweep of chains
             assert m.labels == {"delta": DELTAS[c]}
-            assert sw[i].settings["seed"] == seed
+            assert sw[i].settings.seed == seed
             assert np.allclose(np.asarray(sw[i].chain.P), np.asarray(chains()[c].P))
     assert sw.ok.all() and sw.ok.shape == (len(sw),)
     assert sw.loss.shape == (len(sw), sw.ts.size)
@@ -131,9 +131,8 @@ def test_given_starts_and_a_failed_member(sw):
         params=params,
         width=M,
         t1=T1,
-        max_steps=600,
-        progress=False,
-        chunk_steps=CHUNK_STEPS,
+        solver=gf.Solver(max_steps=600),
+        run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS),
     )
     assert [m.start for m in given.members] == list(range(8))
     assert [m.seed for m in given.members] == [None] * 8
@@ -181,22 +180,28 @@ def test_save_load(sw, tmp_path):
 def test_checkpoint_resume(sw, tmp_path):
     """A sweep stopped part-way (out of steps) and run again resumes from its
     checkpoint to the result of an uninterrupted sweep."""
-    kwargs = dict(init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, progress=False)
+    kwargs = dict(
+        init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, run=gf.Run(progress=False)
+    )
     kwargs["chunk_steps"] = CHUNK_STEPS
     kwargs["labels"] = {"delta": DELTAS}
     path = tmp_path / "sweep.ckpt.npz"
-    stopped = gf.sweep(chains(), **kwargs, max_steps=200, checkpoint=path)
+    stopped = gf.sweep(
+        chains(), **kwargs, solver=gf.Solver(max_steps=200), run=gf.Run(checkpoint=path)
+    )
     assert not stopped.ok.any() and all(t.t_final < T1 for t in stopped)
     assert all("maximum number of steps" in t.message for t in stopped)
-    resumed = gf.sweep(chains(), **kwargs, checkpoint=path)
-    assert resumed.stats["resumed"] and resumed.ok.all()
+    resumed = gf.sweep(chains(), **kwargs, run=gf.Run(checkpoint=path))
+    assert resumed.stats.resumed and resumed.ok.all()
     np.testing.assert_array_equal(resumed.loss, sw.loss)
     for a, b in zip(resumed, sw, strict=True):
         assert a.events == b.events
-        assert a.stats["num_steps"] == b.stats["num_steps"]
+        assert a.stats.num_steps == b.stats.num_steps
         assert [s.name for s in a.stages] == [s.name for s in b.stages]
     with pytest.raises(ValueError, match="different call"):
-        gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), checkpoint=path)
+        gf.sweep(
+            chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), run=gf.Run(checkpoint=path)
+        )
 
 
 class _Quadratic(gf.Problem):
@@ -217,13 +222,13 @@ def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
     of two shapes or configurations, mixed with chains, or given with `width`
     (which the problems carry) are refused before anything is solved."""
     problems = [gf.problems.MarkovAttention(c, width=M) for c in chains()]
-    kw = dict(init_scale=1e-3, seeds=SEEDS, t1=T1, progress=False)
+    kw = dict(init_scale=1e-3, seeds=SEEDS, t1=T1, run=gf.Run(progress=False))
     kw.update(labels={"delta": DELTAS}, chunk_steps=CHUNK_STEPS)
     of_problems = gf.sweep(problems, **kw)
     assert of_problems.members == sw.members
     assert of_problems.problems == tuple(problems)
     assert of_problems.settings == sw.settings
-    assert of_problems.settings["num_problems"] == len(DELTAS)
+    assert of_problems.settings.num_problems == len(DELTAS)
     np.testing.assert_array_equal(of_problems.ts, sw.ts)
     np.testing.assert_array_equal(of_problems.loss, sw.loss)
     for a, b in zip(of_problems, sw, strict=True):
@@ -233,14 +238,14 @@ def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
             np.testing.assert_array_equal(x, y)
         assert a.events == b.events and a.stages == b.stages
         assert a.settings == b.settings
-        assert a.stats["num_steps"] == b.stats["num_steps"]
+        assert a.stats.num_steps == b.stats.num_steps
     assert of_problems.table().equals(sw.table())
     assert repr(of_problems) == repr(sw)
 
     chain4, chain5 = gf.chains.sticky(4), gf.chains.sticky(5)
     paper = gf.problems.MarkovAttention(chain4, width=M)
     other = _Quadratic(jnp.ones(3))
-    call = dict(init_scale=1e-3, t1=T1, progress=False)
+    call = dict(init_scale=1e-3, t1=T1, run=gf.Run(progress=False))
     with pytest.raises(
         ValueError,
         match=r"of one class: problems\[1\] is a _Quadratic, problems\[0\] a Markov",
@@ -293,7 +298,9 @@ def _bad_params():
     ],
 )
 def test_bad_input(kwargs, error, match):
-    call = dict(chains=chains(), init_scale=1e-3, width=M, t1=T1, progress=False)
+    call = dict(
+        chains=chains(), init_scale=1e-3, width=M, t1=T1, run=gf.Run(progress=False)
+    )
     call.update(kwargs)
     if callable(call.get("params")):
         call["params"] = call["params"]()
@@ -315,13 +322,12 @@ def test_sweep_of_a_model_variant():
     kw = dict(
         width=2,
         t1=200.0,
-        ts=np.linspace(0.0, 200.0, 9),
-        stages=False,
+        saveat=gf.SaveAt(np.linspace(0.0, 200.0, 9), stages=False),
         solver="tsit5",
-        progress=False,
+        run=gf.Run(progress=False),
     )
     sw = gf.sweep(chain, init_scale=0.1, seeds=[0, 1], model=model, **kw)
-    assert sw.ok.all() and sw[0].settings["model"] == model.as_dict()
+    assert sw.ok.all() and sw[0].settings.model == model.as_dict()
     solo = gf.integrate(chain, 0.1, seed=1, model=model, **kw)
     np.testing.assert_allclose(sw[1].loss, solo.loss, rtol=1e-10, atol=0)
     starts = [gf.init_params(3, 2, 0.1, s, model=model) for s in (0, 1)]

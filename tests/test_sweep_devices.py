@@ -45,7 +45,7 @@ def _check(out: Path, reference, devices: int, processes: int, padding: int):
     assert int(got["devices"]) == devices and int(got["processes"]) == processes
     assert int(got["padding"]) == padding
     np.testing.assert_allclose(got["loss"], reference.loss, rtol=1e-12, atol=0)
-    np.testing.assert_array_equal(got["steps"], reference.stats["num_steps"])
+    np.testing.assert_array_equal(got["steps"], reference.stats.num_steps)
     counts = [len(t.events) for t in reference]
     np.testing.assert_array_equal(got["event_counts"], counts)
     times = np.array([e.t for t in reference for e in t.events])

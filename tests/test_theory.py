@@ -131,7 +131,7 @@ def jax_tree_add(a, b):
 @pytest.fixture(scope="module")
 def short_traj():
     chain = gf.chains.sticky(4, 0.55, 0.6, 0.05)
-    return gf.integrate(chain, 1e-3, width=4, t1=300.0, progress=False)
+    return gf.integrate(chain, 1e-3, width=4, t1=300.0, run=gf.Run(progress=False))
 
 
 def test_report_on_short_trajectory(short_traj):
@@ -166,7 +166,11 @@ def test_report_on_a_too_short_trajectory():
     # The model size of `short_traj` (d = 4, width 4): the solve compiled there
     # is reused.
     traj = gf.integrate(
-        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=4, t1=5.0, progress=False
+        gf.chains.sticky(4, 0.5, 0.5, 0.05),
+        1e-3,
+        width=4,
+        t1=5.0,
+        run=gf.Run(progress=False),
     )
     assert gf.theory_report(traj) == []  # nothing measurable yet, nothing invented
 
@@ -228,7 +232,7 @@ def test_bad_input():
 @pytest.mark.slow
 def test_paper_chain_report():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    traj = gf.integrate(chain, 1e-3, width=8, t1=300.0, progress=False)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=300.0, run=gf.Run(progress=False))
     rows = {r["quantity"]: r for r in gf.theory_report(traj)}
     assert rows["origin escape rate"]["rel_error"] < 0.05
     assert rows["focus growth rate"]["rel_error"] < 0.05
@@ -238,7 +242,7 @@ def test_paper_chain_report():
 @pytest.mark.slow
 def test_delta_linear_law():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, progress=False)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, run=gf.Run(progress=False))
     H = float(chain.unigram_entropy)
     cp = next(p for p in gf.critical_points(traj) if p.converged and p.loss < H - 1e-3)
     point, deltas, rates = cp.params, [], []
@@ -327,7 +331,7 @@ def test_delta_branch_through_the_crossover():
     # tracked with overlap near 1, a stable direction softens there and the
     # point moves fastest, and continuing back gives the same point
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, progress=False)
+    traj = gf.integrate(chain, 1e-3, width=8, t1=1200.0, run=gf.Run(progress=False))
     H = float(chain.unigram_entropy)
     cp = next(p for p in gf.critical_points(traj) if p.converged and p.loss < H - 1e-3)
     deltas = np.round(np.arange(0.050, 0.0755, 0.0005), 6)

@@ -167,7 +167,7 @@ def test_closed_form_matches_independent_numpy(model, chain):
         assert A.shape == (model.layers, model.heads, chain.d, chain.d)
         np.testing.assert_allclose(A, ref_attn, rtol=1e-10, atol=1e-14)
         np.testing.assert_allclose(
-            jax.jit(gf.attention_summary)(p, chain),
+            jax.jit(gf.markov.attention_summary)(p, chain),
             ref_attn[-1].mean(axis=0),
             rtol=1e-10,
         )
@@ -183,7 +183,7 @@ def test_finite_context_matches_independent_numpy(model):
     assert float(loss(p, jnp.asarray(seqs))) == pytest.approx(ref, rel=1e-10)
     # a batch shape is kept, one sequence works alone
     logits = jax.eval_shape(
-        gf.finite_context_logits, p, jnp.asarray(seqs[:, :-1]).reshape(2, 3, -1)
+        gf.markov.finite_context_logits, p, jnp.asarray(seqs[:, :-1]).reshape(2, 3, -1)
     )
     assert logits.shape == (2, 3, chain.d)
     one = float(loss(p, jnp.asarray(seqs[0])))
@@ -195,10 +195,10 @@ def _finite_minus_limit(p, chain, contexts):
     form, with two exact ingredients that remove noise but no bias: the
     target's expectation is taken exactly (row P[x_s]), and the closed form's
     per-query loss l(x_s) is subtracted (E[l(x_s)] = L, as x_s ~ pi)."""
-    logits = jax.jit(gf.finite_context_logits)(p, jnp.asarray(contexts))
+    logits = jax.jit(gf.markov.finite_context_logits)(p, jnp.asarray(contexts))
     logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
     P = np.asarray(chain.P)
-    Z = np.asarray(jax.jit(gf.population_logits)(p, chain))
+    Z = np.asarray(jax.jit(gf.markov.population_logits)(p, chain))
     zmax = Z.max(axis=0)
     per_query = zmax + np.log(np.exp(Z - zmax).sum(axis=0)) - np.sum(P.T * Z, axis=0)
     last = contexts[:, -1]
@@ -497,7 +497,12 @@ def test_escape_law_from_the_origin(model):
     for scale in scales:
         p = jax.tree.map(lambda x, s=scale: s * x, base)
         traj = gf.integrate(
-            chain, params=p, t1=t1, ts=ts, stages=False, progress=False, rtol=1e-8
+            chain,
+            params=p,
+            t1=t1,
+            saveat=gf.SaveAt(ts, stages=False),
+            run=gf.Run(progress=False),
+            solver=gf.Solver(rtol=1e-8),
         )
         times.append(_half_drop_time(traj, chain))
     if model.minimal:
@@ -516,10 +521,12 @@ def test_two_head_value_residual_flow_learns_past_unigram():
     chain = gf.chains.random(6, seed=1)
     model = gf.Model(heads=2, value=True, residual=True)
     traj = gf.integrate(
-        chain, params=gf.init_params(6, 8, 1e-3, seed=0, model=model), progress=False
+        chain,
+        params=gf.init_params(6, 8, 1e-3, seed=0, model=model),
+        run=gf.Run(progress=False),
     )
     assert traj.ok, traj.message
-    assert traj.settings["model"] == model.as_dict()
+    assert traj.settings.model == model.as_dict()
     assert traj.loss[-1] < float(chain.unigram_entropy) - 0.1
     assert traj.loss.min() >= float(chain.conditional_entropy) - 1e-12
 
@@ -550,7 +557,13 @@ def test_save_and_load_rebuild_variant_params(tmp_path):
 # Downstream of the flow: SGD, compare, theory, the command line.
 
 SGD_CHAIN = gf.chains.sticky(3, 0.6, 0.5, 0.05)
-SGD_KW = dict(width=2, context=8, batch_size=16, lr=0.1, t1=0.5, progress=False)
+SGD_KW = dict(
+    width=2,
+    context=8,
+    sgd=gf.SGD(lr=0.1, batch_size=16),
+    t1=0.5,
+    run=gf.Run(progress=False),
+)
 
 
 @pytest.mark.parametrize("model", params_of(MODELS))
@@ -574,10 +587,10 @@ def test_train_sgd_variant_settings_save_load_and_checkpoint(tmp_path):
     model = gf.Model(heads=2, residual=True)
     ckpt = tmp_path / "run.ckpt.npz"
     run = gf.train_sgd(
-        SGD_CHAIN, init_scale=0.1, model=model, checkpoint=ckpt, **SGD_KW
+        SGD_CHAIN, init_scale=0.1, model=model, run=gf.Run(checkpoint=ckpt), **SGD_KW
     )
     assert run.ok and type(run.params) is gf.VariantParams
-    assert run.params.model == model and run.settings["model"] == model.as_dict()
+    assert run.params.model == model and run.settings.model == model.as_dict()
     # the saved iterates are scored with the variant's population loss
     for i in (0, len(run) - 1):
         assert run.loss[i] == pytest.approx(
@@ -594,12 +607,12 @@ def test_train_sgd_variant_settings_save_load_and_checkpoint(tmp_path):
             SGD_CHAIN,
             init_scale=0.1,
             model=gf.Model(heads=2, value=True),
-            checkpoint=ckpt,
+            run=gf.Run(checkpoint=ckpt),
             **SGD_KW,
         )
     # the same call returns the finished run bit for bit
     again = gf.train_sgd(
-        SGD_CHAIN, init_scale=0.1, model=model, checkpoint=ckpt, **SGD_KW
+        SGD_CHAIN, init_scale=0.1, model=model, run=gf.Run(checkpoint=ckpt), **SGD_KW
     )
     assert np.array_equal(again.params.WQ, run.params.WQ)
     with pytest.raises(ValueError, match="model = Model.*but params are for Model"):
@@ -683,7 +696,12 @@ def test_theory_report_of_a_variant_flow():
     escape rate at the origin and at each saddle against the measured slopes."""
     chain = gf.chains.sticky(3, 0.6, 0.5, 0.05)
     traj = gf.integrate(
-        chain, 1e-3, width=2, t1=300, model=gf.Model(heads=2), progress=False
+        chain,
+        1e-3,
+        width=2,
+        t1=300,
+        model=gf.Model(heads=2),
+        run=gf.Run(progress=False),
     )
     rows = {r["quantity"]: r for r in gf.theory_report(traj)}
     assert "origin escape rate" not in rows  # the minimal model's closed form
