@@ -26,6 +26,7 @@ _use_every_core()
 # their closed forms, so it is imported before them (each `isort: split`
 # keeps this order).
 from . import solvers as solvers, theory as theory  # noqa: E402
+from ._core.pages import replace_between_markers as replace_between_markers  # noqa: E402
 from ._core.records import (  # noqa: E402
     STAGE_KINDS as STAGE_KINDS,
     EventRecord as EventRecord,
@@ -164,6 +165,7 @@ __all__ = [
     "population_loss",
     "Problem",
     "problems",
+    "replace_between_markers",
     "RESULTS",
     "Run",
     "SampledProblem",
