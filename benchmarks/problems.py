@@ -33,11 +33,11 @@ from pathlib import Path  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from gradflow.plot._problems import committee_plateau_length, half_times  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 from gradflow import plot  # noqa: E402
-from gradflow.plot._problems import committee_plateau_length, half_times  # noqa: E402
 from gradflow.problems._committee.problem import orthogonal_teacher  # noqa: E402
 from gradflow.problems._deep_linear.problem import random_deep_linear  # noqa: E402
 
@@ -862,9 +862,7 @@ def markdown(out: dict) -> str:
 
 
 def write_page(text: str) -> None:
-    page = PAGE.read_text()
-    a, b = page.index(BEGIN) + len(BEGIN), page.index(END)
-    PAGE.write_text(page[:a] + "\n" + text + "\n" + page[b:])
+    gf.replace_between_markers(PAGE, BEGIN, END, text)
 
 
 def main(argv=None) -> None:

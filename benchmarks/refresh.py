@@ -24,7 +24,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 from gradflow.solvers import ROS34PW2  # noqa: E402
@@ -90,11 +89,8 @@ def main():
     table = "\n".join(lines)
     print("\n" + table)
     if args.doc:
-        path = Path(args.doc)
-        body = path.read_text()
         begin, end = "<!-- refresh-rule -->", "<!-- /refresh-rule -->"
-        a, b = body.index(begin) + len(begin), body.index(end)
-        path.write_text(body[:a] + "\n\n" + table + "\n\n" + body[b:])
+        gf.replace_between_markers(args.doc, begin, end, table)
 
 
 if __name__ == "__main__":

@@ -701,11 +701,10 @@ def main(argv=None):
         rows = [ln for ln in buffer.getvalue().splitlines() if ln.startswith("|")]
         load = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
         page, marker = args.doc
-        body = pathlib.Path(page).read_text()
-        begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
-        a, b = body.index(begin) + len(begin), body.index(end)
         text = "\n".join(rows) + f"\n\n(load average at the end: {load})"
-        pathlib.Path(page).write_text(body[:a] + "\n\n" + text + "\n\n" + body[b:])
+        gf.replace_between_markers(
+            page, f"<!-- {marker} -->", f"<!-- /{marker} -->", text
+        )
 
 
 if __name__ == "__main__":

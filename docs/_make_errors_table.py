@@ -9,9 +9,12 @@ the page is written by hand. Paths of the temporary files show as `<tmp>`.
 """
 
 import ast
-import sys
+import runpy
 import tempfile
+import types
 from pathlib import Path
+
+import gradflow as gf
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,10 +47,16 @@ def _cell(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
-def table() -> str:
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_errors
+def _cases() -> types.SimpleNamespace:
+    """The module `tests/test_errors.py`, run from its file (its `CASES`,
+    `CLI_CASES` and `make_files`)."""
+    return types.SimpleNamespace(
+        **runpy.run_path(str(ROOT / "tests" / "test_errors.py"))
+    )
 
+
+def table() -> str:
+    test_errors = _cases()
     calls = _call_texts((ROOT / "tests" / "test_errors.py").read_text())
     rows = [
         "| case | call | error | message |",
@@ -77,10 +86,9 @@ def cli_table() -> str:
     import contextlib
     import io
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_errors
-
     from gradflow.cli import main
+
+    test_errors = _cases()
 
     rows = ["| case | command | stderr |", "| --- | --- | --- |"]
     with tempfile.TemporaryDirectory() as folder:
@@ -101,16 +109,9 @@ def cli_table() -> str:
     return "\n".join(rows)
 
 
-def _replace(page: str, begin: str, end: str, body: str) -> str:
-    head, rest = page.split(begin)
-    _, tail = rest.split(end)
-    return f"{head}{begin}\n{body}\n{end}{tail}"
-
-
 def main() -> None:
-    page = _replace(PAGE.read_text(), BEGIN, END, table())
-    page = _replace(page, CLI_BEGIN, CLI_END, cli_table())
-    PAGE.write_text(page)
+    gf.replace_between_markers(PAGE, BEGIN, END, table())
+    gf.replace_between_markers(PAGE, CLI_BEGIN, CLI_END, cli_table())
     print(f"wrote {PAGE}")
 
 

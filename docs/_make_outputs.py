@@ -31,9 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import gradflow as gf
+
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+END = "<!-- /output -->"
 BLOCK = re.compile(
     r"<!-- output: (?P<command>.+?) -->\n(?P<body>.*?)<!-- /output -->", re.S
 )
@@ -84,27 +87,23 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list, run nothing")
     args = parser.parse_args()
     for page in PAGES:
-        text = page.read_text()
-        found = [
-            m
-            for m in BLOCK.finditer(text)
+        # each command once (a command shown twice on a page is run once)
+        commands = dict.fromkeys(
+            m["command"].strip()
+            for m in BLOCK.finditer(page.read_text())
             if not args.only or args.only in m["command"]
-        ]
-        for m in reversed(found):  # from the end: offsets stay valid
-            command = m["command"].strip()
+        )
+        for command in commands:
             if args.list:
                 print(f"{page.relative_to(ROOT)}: {command}")
                 continue
             start = time.perf_counter()
             output = run(command).rstrip("\n")
-            new = (
-                f"<!-- output: {command} -->\n```text\n{output}\n```\n<!-- /output -->"
+            gf.replace_between_markers(
+                page, f"<!-- output: {command} -->", END, f"```text\n{output}\n```"
             )
-            text = text[: m.start()] + new + text[m.end() :]
             took = time.perf_counter() - start
             print(f"{page.relative_to(ROOT)}: {command} ({took:.0f} s)")
-        if found and not args.list:
-            page.write_text(text)
 
 
 if __name__ == "__main__":

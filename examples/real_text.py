@@ -367,9 +367,7 @@ TABLE_END = "<!-- /real-text table -->"
 
 def write_table(table, page):
     """Replaces the text between the table markers of `page` with `table`."""
-    text = Path(page).read_text()
-    a, b = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
-    Path(page).write_text(text[:a] + "\n\n" + table + "\n\n" + text[b:])
+    gf.replace_between_markers(page, TABLE_BEGIN, TABLE_END, table)
 
 
 def main():
