@@ -86,7 +86,7 @@ def main() -> None:
                 fig = figure(traj, title=title)
                 path = Path(f"{stem}_{name}.png")
                 fig.savefig(path, dpi=110, bbox_inches="tight")
-                plot._pyplot().close(fig)
+                plot.pyplot().close(fig)
                 print(f"wrote {path.relative_to(ROOT)}")
 
 

@@ -16,16 +16,13 @@ import numpy as np
 import gradflow as gf
 from gradflow import plot
 
-# not public: the stage table that `gradflow run` prints
-from gradflow._cli.run import format_stage_table
-
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--t1", type=float, default=5_000.0)
 parser.add_argument("--out", type=Path, default=Path("docs/figures"))
 args = parser.parse_args()
 
-plt = plot._pyplot()
+plt = plot.pyplot()
 fig, axes = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
 for delta, color in ((0.0, "tab:blue"), (0.05, "tab:red")):
     chain = gf.chains.sticky(6, 0.5, 0.5, delta)
@@ -33,7 +30,7 @@ for delta, color in ((0.0, "tab:blue"), (0.05, "tab:red")):
         chain, 1e-3, width=8, t1=args.t1, run=gf.Run(progress=False)
     )
     print(f"delta = {delta}: {traj}")
-    print(format_stage_table(traj.stages))
+    print(gf.stage_table(traj.stages))
     t = traj.ts[1:]
     axes[0].plot(t, traj.loss[1:], color=color, label=f"delta = {delta}")
     axes[1].plot(

@@ -58,7 +58,7 @@ for i, m in enumerate(sw.members):
         f"{times['first focus starts'][i]:.4g}"
     )
 x = np.log(1 / scales)
-plt = plot._pyplot()
+plt = plot.pyplot()
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for (name, t), marker, color in zip(times.items(), "os", ("C0", "C1"), strict=True):
     ok = np.isfinite(t)

@@ -19,9 +19,6 @@ import numpy as np
 import gradflow as gf
 from gradflow import plot
 
-# not public: the stage table that `gradflow run` prints
-from gradflow._cli.run import format_stage_table
-
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -51,7 +48,7 @@ for seed in args.seeds:
         f"chain seed {seed}: pi = {np.round(pi, 3)}, most frequent token "
         f"{int(np.argmax(pi))}, first focus token {first}"
     )
-    print(format_stage_table(traj.stages))
+    print(gf.stage_table(traj.stages))
     chosen = (seed, traj)
     if first is not None and first != int(np.argmax(pi)):
         break

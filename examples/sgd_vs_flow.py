@@ -34,11 +34,6 @@ import numpy as np  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 
-# not public: gf.compare's crossing time, the model's count-based attention (below)
-from gradflow._sgd.compare import crossing_time  # noqa: E402
-from gradflow.markov.attention import attention_weights  # noqa: E402
-from gradflow.markov.losses import context_counts  # noqa: E402
-
 
 FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
 WIDTH, INIT_SCALE = 8, 1e-3
@@ -56,11 +51,29 @@ def unseen_chains():
     }
 
 
-def flow_and_sgd(chain, t1, seed=0, data_seed=None, **sgd):
+def flow_and_sgd(
+    chain,
+    t1,
+    seed=0,
+    data_seed=None,
+    *,
+    context=256,
+    batch_size=512,
+    lr=0.2,
+    num_sequences=None,
+):
+    """The flow and SGD (`context`, `batch_size`, `lr`, `num_sequences`; online
+    when `None`) from the same start, and their comparison."""
     p0 = gf.init_params(chain.d, WIDTH, INIT_SCALE, seed)
     data_seed = seed if data_seed is None else data_seed
     run = gf.train_sgd(
-        chain, p0, t1=t1, seed=data_seed, run=gf.Run(progress=False), **sgd
+        chain,
+        p0,
+        t1=t1,
+        seed=data_seed,
+        sgd=gf.SGD(lr, batch_size, num_sequences=num_sequences),
+        run=gf.Run(progress=False),
+        context=context,
     )
     traj = gf.integrate(
         chain,
@@ -110,17 +123,17 @@ def diagnose(out: Path, t1: float):
     data noise (other data seeds), or does it shrink with context and batch?"""
     chain = unseen_chains()["sticky(5, 0.4, 0.6, 0.1)"]
     configs = [
-        dict(context=256, sgd=gf.SGD(lr=0.2, batch_size=512), data_seed=1),
-        dict(context=256, sgd=gf.SGD(lr=0.2, batch_size=512), data_seed=2),
-        dict(context=1024, sgd=gf.SGD(lr=0.2, batch_size=2048), data_seed=0),
+        dict(context=256, batch_size=512, lr=0.2, data_seed=1),
+        dict(context=256, batch_size=512, lr=0.2, data_seed=2),
+        dict(context=1024, batch_size=2048, lr=0.2, data_seed=0),
     ]
     rows = []
     for kw in configs:
         traj, run, cmp = flow_and_sgd(chain, t1, **kw)
         lv = 0.5 * (float(chain.unigram_entropy) + 1.3)  # halfway down the 2nd drop
         row = dict(kw, **{k: v for k, v in cmp.summary().items() if "gap" in k})
-        row["second_drop_flow_t"] = crossing_time(cmp.ts, cmp.flow_loss, lv)
-        row["second_drop_sgd_t"] = crossing_time(cmp.ts, cmp.sgd_loss, lv)
+        row["second_drop_flow_t"] = gf.theory.loss_crossing(cmp.ts, cmp.flow_loss, lv)
+        row["second_drop_sgd_t"] = gf.theory.loss_crossing(cmp.ts, cmp.sgd_loss, lv)
         rows.append(row)
         print(row, flush=True)
     (out / "diagnose.json").write_text(json.dumps(rows, indent=1))
@@ -130,10 +143,7 @@ def noise(out: Path, t1: float):
     """Batch and lr sweeps at context 1024, where the finite-context floor of
     the gap is about four times lower than at 256."""
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    base = dict(
-        context=1024,
-        sgd=gf.SGD(lr=0.2, batch_size=512),
-    )
+    base = dict(context=1024, batch_size=512, lr=0.2)
     results = {}
     for key, values in {
         "batch_size": [32, 128, 512, 2048],
@@ -173,11 +183,9 @@ def expected_finite_loss(params, chain, batch):
     """Finite-context loss per sequence with the target averaged out exactly:
     E[-log p(x_{s+1}) | context] = -sum_y P[x_s, y] log p(y | context).
     Same mean as the sampled-target loss, far smaller variance."""
-    query, counts, _ = context_counts(batch, chain.d)
-    E = params.W0
-    alpha = attention_weights(params.WQ, params.WK, E[:, query], E, jnp.log(counts))
-    logp = jax.nn.log_softmax(params.W1 @ (E @ alpha.T), axis=0)  # (d, b)
-    return -jnp.sum(chain.P[query].T * logp, axis=0)
+    logits = gf.markov.finite_context_logits(params, batch[:, :-1])  # (b, d)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.sum(chain.P[batch[:, -2]] * logp, axis=-1)
 
 
 def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
@@ -210,10 +218,7 @@ def finite_context_bias(chain, params, contexts, num=200_000, seed=0):
 
 def convergence(out: Path, t1: float):
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    base = dict(
-        context=256,
-        sgd=gf.SGD(lr=0.2, batch_size=512),
-    )
+    base = dict(context=256, batch_size=512, lr=0.2)
     sweeps = {
         "context": [16, 32, 64, 128, 256],
         "batch_size": [32, 128, 512, 2048],

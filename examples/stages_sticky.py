@@ -7,13 +7,35 @@ docs/figures/sticky_stages.csv, and prints the stage table.
 """
 
 import argparse
+import csv
 from pathlib import Path
 
 import gradflow as gf
 from gradflow import plot
 
-# not public: the stage table and CSV columns that `gradflow run` writes
-from gradflow._cli.run import STAGE_FIELDS, format_stage_table, write_csv
+
+# the columns of the stages.csv that `gradflow run` writes
+FIELDS = (
+    "name",
+    "cycle",
+    "t_start",
+    "t_end",
+    "loss_start",
+    "loss_end",
+    "tokens",
+    "token_labels",
+    "complete",
+    "mass_start",
+    "mass_end",
+    "sv_index",
+)
+
+
+def cell(value) -> str:
+    """A CSV cell: tuples space-separated, `None` empty."""
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value)
+    return "" if value is None else str(value)
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,6 +48,9 @@ traj = gf.markov.integrate_stages(
     chain, 1e-3, width=8, t1=args.t1, run=gf.Run(progress=False)
 )
 print(traj)
-print(format_stage_table(traj.stages))
+print(gf.stage_table(traj.stages))
 plot.plot_all(traj, args.out, prefix="sticky_", pdf=True)
-write_csv(args.out / "sticky_stages.csv", traj.stages, STAGE_FIELDS)
+with open(args.out / "sticky_stages.csv", "w", newline="") as f:
+    rows = csv.writer(f)
+    rows.writerow(FIELDS)
+    rows.writerows([cell(getattr(s, k)) for k in FIELDS] for s in traj.stages)

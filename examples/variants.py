@@ -159,7 +159,7 @@ COLORS = [
 
 
 def overlay_figure(name, trajs):
-    plt = plot._pyplot()
+    plt = plot.pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.2), layout="constrained")
     chain = next(iter(trajs.values())).chain
     floor = float(chain.conditional_entropy)
@@ -207,7 +207,7 @@ def overlay_figure(name, trajs):
 
 
 def panels_figure(name, trajs):
-    plt = plot._pyplot()
+    plt = plot.pyplot()
     n = len(trajs)
     fig, axes = plt.subplots(
         2, (n + 1) // 2, figsize=(16, 6.5), sharex=True, constrained_layout=True
@@ -295,7 +295,7 @@ def report(scenarios, t1, runs: Path, out: Path) -> list[dict]:
                 continue
             fig = make(name, trajs)
             plot.save_figure(fig, out / f"variants_{name}_{kind}")
-            plot._pyplot().close(fig)
+            plot.pyplot().close(fig)
     settings = {
         "t1": t1,
         "width": WIDTH,
