@@ -65,9 +65,8 @@ def grad_flops(d: int, m: int) -> float:
 def forms(d: int):
     """`{name: (loss function of (params, chain))}` of the two forms."""
     import gradflow as gf
-    from gradflow.markov.blocked import default_block
 
-    block = default_block(d)
+    block = gf.markov.default_block(d)
     return {
         "autodiff": lambda p, c: gf.population_loss(p, c),
         f"blocked (block {block})": lambda p, c: gf.population_loss(p, c, block=block),
@@ -223,13 +222,12 @@ def child_memory(d: int, form: str, op: str) -> dict:
     import jax
 
     import gradflow as gf
-    from gradflow.markov.blocked import default_block
 
     chain = gf.chains.sticky(d, 0.5, 0.5, 0.05)
     m = 16
     p = gf.init_params(d, m, 0.3, seed=0)
     v = gf.init_params(d, m, 1.0, seed=1)
-    block = default_block(d)
+    block = gf.markov.default_block(d)
 
     def loss(q, c):
         if form == "autodiff":

@@ -13,6 +13,7 @@ real text (`gradflow.text`). The everyday names are also at the top level
 `gf.population_loss`, ...).
 """
 
+from .blocked import default_block as default_block
 from .chain import (
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
@@ -65,6 +66,7 @@ __all__ = [
     "attention",
     "attention_entropy",
     "attention_summary",
+    "default_block",
     "detect_stages",
     "diagnostic_rates",
     "diagnostics",

@@ -60,10 +60,17 @@ _BLOCK_ENTRIES = 2**16
 
 
 def default_block(d: int) -> int:
-    """Query tokens per block for a vocabulary of `d` tokens: a power of two
-    near `2^16 / d` between 16 and 256 (measured best for the gradient and
-    the Hessian-vector product at d = 1,024 and 2,048 on a CPU, within the
-    noise of a shared machine), and never more than `d`."""
+    """The block size that the paper's problem passes to
+    [`gradflow.population_loss`][] (`block=`) at large vocabularies: query
+    tokens per block for a vocabulary of `d` tokens, a power of two near
+    `2^16 / d` between 16 and 256 (measured best for the gradient and the
+    Hessian-vector product at d = 1,024 and 2,048 on a CPU, within the noise
+    of a shared machine), and never more than `d`.
+
+    ```python
+    gf.markov.default_block(2048)  # 32
+    ```
+    """
     block = 16
     while block < 256 and 2 * block * d <= _BLOCK_ENTRIES:
         block *= 2

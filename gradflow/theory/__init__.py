@@ -119,6 +119,8 @@ __all__ = [
     "report_row",
     "report_rows",
     "saddle_rows",
+    "saxe_learning_time",
+    "saxe_mode_strength",
     "subspace_overlap",
     "theory_report",
     "track_cluster",

@@ -1,4 +1,4 @@
-"""The page and the figures of `examples/paper.py`: docs/paper.md,
+"""The page and the figures of `python -m examples.paper`: docs/paper.md,
 docs/figures/paper_*.png and docs/figures/paper.json, written from the
 measured rows (nothing on the page is typed by hand except the prose that
 says what each claim is and how it is measured)."""
@@ -16,6 +16,20 @@ if os.environ.get("MPLBACKEND") is None:
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+import gradflow as gf  # noqa: E402
+from gradflow import theory  # noqa: E402
+
+from .cycles import QUERIES, attention_curves, first_cycle  # noqa: E402
+from .manifold import pooled_entropy, separation  # noqa: E402
+from .origin import AMP_WINDOW, blocks_at, linearisation  # noqa: E402
+from .study import (  # noqa: E402
+    CHECKS_TEXT,
+    EIG_FLOOR,
+    GROUPS,
+    SMALL_DELTA,
+    WIDTH,
+)
 
 
 CLAIMS = {
@@ -65,7 +79,7 @@ CLAIMS = {
         "opposite directions, their separation grows exponentially, and the focus "
         "weakens as the attention spreads over the tokens.",
         "The manifold is $\\{W_0 = vc^\\top, W_1 = bv^\\top, W_Q = xv^\\top, "
-        "W_K = yv^\\top\\}$ (`gradflow/theory/_paper.py` shows that every gradient "
+        "W_K = yv^\\top\\}$ (`gradflow/markov/geometry.py` shows that every gradient "
         "keeps this form); the distance of a point from it takes $v$ from the SVD "
         "of $W_0$. A start exactly on it is the free flow's save closest to the "
         "unigram point with its off-manifold coordinates set to zero (in the gauge "
@@ -207,15 +221,15 @@ def _shade(ax, traj, names=("focus", "dilution"), cycle=1):
             )
 
 
-def figure_condensation(study, lib, path):
+def figure_condensation(study, path):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     key = study.settings.scenarios[0]
-    lin = lib.linearisation(study.eps_runs(key))
+    lin = linearisation(study.eps_runs(key))
     ax = axes[0]
     for k, r in enumerate(study.eps_runs(key)):
         err = np.linalg.norm(r["flat"] - r["linear"], axis=1)
         amp = np.linalg.norm(r["linear"], axis=1)
-        keep = (amp <= lib.AMP_WINDOW) & (r["ts"] > 0)
+        keep = (amp <= AMP_WINDOW) & (r["ts"] > 0)
         color = plt.cm.viridis(k / max(1, len(lin["eps"]) - 1))
         ax.semilogy(
             r["ts"][keep], np.maximum(err[keep], 1e-20), color=color, lw=0.6, alpha=0.4
@@ -237,7 +251,7 @@ def figure_condensation(study, lib, path):
     ax.legend(fontsize=7)
     ax = axes[1]
     for key in study.settings.scenarios:
-        lk = lib.linearisation(study.eps_runs(key))
+        lk = linearisation(study.eps_runs(key))
         x = np.log(1 / np.array(lk["eps"]))
         ax.plot(x, lk["t_cross"], "o", color=COLORS[key], label=f"{key}: escape time")
         ax.plot(x, np.array(lk["t_pred"]), "-", color=COLORS[key], lw=1,
@@ -247,7 +261,7 @@ def figure_condensation(study, lib, path):
     ax.legend(fontsize=7)
     ax = axes[2]
     for key in study.settings.scenarios:
-        lk = lib.linearisation(study.eps_runs(key))
+        lk = linearisation(study.eps_runs(key))
         ax.loglog(lk["eps"], 1 - np.array(lk["share"]), "o-", color=COLORS[key],
                   label=f"{key}: exponent {lk['share_exponent']:.3f}")  # fmt: skip
     ax.set_xlabel(r"$\varepsilon$")
@@ -258,14 +272,14 @@ def figure_condensation(study, lib, path):
     plt.close(fig)
 
 
-def figure_focus(study, lib, path):
+def figure_focus(study, path):
     keys = study.settings.scenarios
     fig, axes = plt.subplots(1, len(keys) + 1, figsize=(5 * (len(keys) + 1), 4.2))
     for ax, key in zip(axes, keys, strict=False):
         traj = study.flow(key)
         ts = np.asarray(traj.ts)
-        S = lib.pm.score_matrix(traj.params)
-        cos = lib.pm.score_alignment(S, np.asarray(traj.chain.pi))
+        S = gf.markov.score_matrix(traj.params)
+        cos = gf.markov.score_alignment(S, np.asarray(traj.problem.chain.pi))
         Sn = np.linalg.norm(S, axis=(1, 2))
         keep = ts >= study.unigram(key).t * 0.5
         ax.semilogx(
@@ -285,9 +299,9 @@ def figure_focus(study, lib, path):
     ax = axes[-1]
     for key in keys:
         problem = study.flow(key).problem
-        point = lib.theory.unigram_point(problem.chain, lib.WIDTH)
-        b = lib.blocks_at(problem, point)
-        lin = lib.gf.linearize(problem, point, method="dense")
+        point = theory.unigram_point(problem.chain, WIDTH)
+        b = blocks_at(problem, point)
+        lin = gf.linearize(problem, point, method="dense")
         ev = lin.eigenvalues
         att = lin.block_weights[:, 2:].sum(1) > 0.5
         n = np.arange(ev.size)
@@ -319,7 +333,7 @@ def figure_focus(study, lib, path):
     plt.close(fig)
 
 
-def figure_dilution(study, lib, path):
+def figure_dilution(study, path):
     key = study.settings.scenarios[0]
     traj = study.flow(key)
     ts = np.asarray(traj.ts)
@@ -327,13 +341,13 @@ def figure_dilution(study, lib, path):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     ax = axes[0]
     W0 = np.asarray(traj.params.W0)
-    v = lib.pm.embedding_direction(traj.params)
+    v = gf.markov.embedding_direction(traj.params)
     c = np.einsum("tm,tmd->td", v, W0)
     c *= np.sign(c[:, :1])
     keep = (ts >= cp.t * 0.5) & (ts <= 400)
     for k in range(c.shape[1]):
         ax.plot(ts[keep], c[keep, k], color="C3" if k == 0 else plt.cm.Blues(0.4 + 0.2 * k),
-                label=f"token {k} (pi = {traj.chain.pi[k]:.2f})")  # fmt: skip
+                label=f"token {k} (pi = {traj.problem.chain.pi[k]:.2f})")  # fmt: skip
     _shade(ax, traj)
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -346,11 +360,11 @@ def figure_dilution(study, lib, path):
         tr = study.flow(k2)
         c2 = study.unigram(k2)
         t2 = np.asarray(tr.ts)
-        d_free = lib.pm.manifold_distance(tr.params)
+        d_free = gf.markov.manifold_distance(tr.params)
         ax.loglog(t2[1:], d_free[1:], style, color="k", lw=1, label=f"{k2}: free flow")
         for solver, color in (("dopri8", "C2"), ("default", "C1")):
             on = study.manifold_run(k2, solver)
-            ax.loglog(np.asarray(on.ts)[1:] + c2.t, np.maximum(lib.pm.manifold_distance(on.params)[1:], 1e-17),
+            ax.loglog(np.asarray(on.ts)[1:] + c2.t, np.maximum(gf.markov.manifold_distance(on.params)[1:], 1e-17),
                       style, color=color, lw=1, label=f"{k2}: started on it, {solver}")  # fmt: skip
     ax.set_xlabel("t")
     ax.set_ylabel("distance from the rank-one manifold")
@@ -360,7 +374,7 @@ def figure_dilution(study, lib, path):
         tr = study.flow(k2)
         c2 = study.unigram(k2)
         t2 = np.asarray(tr.ts)
-        sep = lib.separation(tr, c2.index)
+        sep = separation(tr, c2.index)
         keep = (t2 > c2.t) & (t2 < 200)
         ax.semilogy(
             t2[keep], sep[keep], color=COLORS[k2], label=f"{k2}: |dE_0 - mean dE_k|"
@@ -378,7 +392,7 @@ def figure_dilution(study, lib, path):
     plt.close(fig)
 
 
-def figure_new_direction(study, lib, path):
+def figure_new_direction(study, path):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     for key in study.settings.scenarios:
@@ -398,8 +412,8 @@ def figure_new_direction(study, lib, path):
         ax.loglog(
             d, tang, "x", color=COLORS[key], label=f"{key}: top tangential (|value|)"
         )
-    ax.axhline(lib.EIG_FLOOR, color="0.6", ls=":", lw=1, label="1e-12: counted above")
-    ax.axvline(lib.SMALL_DELTA, color="0.8", lw=0.8)
+    ax.axhline(EIG_FLOOR, color="0.6", ls=":", lw=1, label="1e-12: counted above")
+    ax.axvline(SMALL_DELTA, color="0.8", lw=0.8)
     ax.set_xlabel(r"$\delta$")
     ax.set_ylabel("unstable eigenvalue of -Hessian at the post-focus point")
     ax.legend(fontsize=6)
@@ -426,7 +440,7 @@ def figure_new_direction(study, lib, path):
     plt.close(fig)
 
 
-def figure_cycles(study, lib, path):
+def figure_cycles(study, path):
     keys = study.settings.scenarios
     fig, axes = plt.subplots(1, len(keys) + 1, figsize=(5 * (len(keys) + 1), 4.2))
     for ax, key in zip(axes, keys, strict=False):
@@ -441,7 +455,7 @@ def figure_cycles(study, lib, path):
         )
         ax.semilogx(
             ts[keep],
-            lib.pooled_entropy(traj)[keep],
+            pooled_entropy(traj)[keep],
             "--",
             color=COLORS[key],
             label="H(M)",
@@ -469,7 +483,7 @@ def figure_cycles(study, lib, path):
             "new_direction": "C4",
         }
         for y, traj in enumerate(runs.values()):
-            for s in lib.first_cycle(traj):
+            for s in first_cycle(traj):
                 ax.barh(y, np.log10(s.t_end) - np.log10(max(s.t_start, 1.0)), left=np.log10(max(s.t_start, 1.0)),
                         color=colors[s.name], height=0.6)  # fmt: skip
         ax.set_yticks(range(len(runs)), list(runs), fontsize=7)
@@ -484,15 +498,15 @@ def figure_cycles(study, lib, path):
     plt.close(fig)
 
 
-def figure_text(study, lib, path):
+def figure_text(study, path):
     traj = study.text()
-    chain = traj.chain
+    chain = traj.problem.chain
     tok = chain.tokens
     pi = np.asarray(chain.pi)
     ts = np.asarray(traj.ts)
-    A = lib.attention_curves(traj)
+    A = attention_curves(traj)
     order = [int(k) for k in np.argsort(-pi, kind="stable")]
-    top, queries = order[0], order[1 : 1 + lib.QUERIES]
+    top, queries = order[0], order[1 : 1 + QUERIES]
     fig, axes = plt.subplots(
         1, len(queries), figsize=(4 * len(queries), 3.8), sharey=True
     )
@@ -555,17 +569,17 @@ def _jsonable(x):
     return repr(type(x).__name__)
 
 
-def scenarios_table(study, lib) -> str:
+def scenarios_table(study) -> str:
     lines = [
         "| scenario | chain | pi | sigma = \\|pi - 1/d\\| \\|pi\\| | focus rate a^2 \\|gamma\\| | H(pi) | H(P \\| pi) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key in study.settings.scenarios:
         chain = study.scenario(key).chain()
-        fp = lib.theory.focus_prediction(chain)
+        fp = theory.focus_prediction(chain)
         lines.append(
             f"| {key} | {SCENARIO_TEXT[key]} | {md(np.round(np.asarray(chain.pi), 4).tolist())} "
-            f"| {lib.theory.origin_rate(chain):.6g} | {fp['rate']:.6g} | {float(chain.unigram_entropy):.6g} "
+            f"| {theory.origin_rate(chain):.6g} | {fp['rate']:.6g} | {float(chain.unigram_entropy):.6g} "
             f"| {float(chain.conditional_entropy):.6g} |"
         )
     return "\n".join(lines)
@@ -653,7 +667,7 @@ def failing_notes(by_claim) -> list[str]:
     return lines
 
 
-def page_text(study, rows, meta, lib) -> str:
+def page_text(study, rows, meta) -> str:
     by_claim: dict[int, list] = {}
     for group_rows in rows.values():
         for r in group_rows:
@@ -662,8 +676,8 @@ def page_text(study, rows, meta, lib) -> str:
     out = [
         "# The paper, claim by claim",
         "",
-        "<!-- Written by `python examples/paper.py`: edit the script "
-        "(examples/paper.py, examples/_paper_page.py), not this page. -->",
+        "<!-- Written by `python -m examples.paper`: edit the package "
+        "(examples/paper/), not this page. -->",
         "",
         "The study *Focus and Dilution: The Multi-stage Learning Process of Attention* "
         "(Chen, Lin, Xu, Luo, ICML 2026) makes six claims about the gradient flow of a "
@@ -677,15 +691,15 @@ def page_text(study, rows, meta, lib) -> str:
         "**The command.** Every number, table and figure of this page is written by",
         "",
         "```bash",
-        "python examples/paper.py",
+        "python -m examples.paper",
         "```",
         "",
         f"(this run: {meta['wall_time_s'] / 60:.1f} minutes of wall time on {meta['cpus']} "
         f"cores at load average {load} at its end, gradflow {meta['gradflow']}; the "
         "raw numbers and the time of each run are in `docs/figures/paper.json`). "
-        "`python examples/paper.py --only GROUP` measures one group and prints it "
-        "(groups: " + ", ".join(f"`{g}`" for g in lib.GROUPS) + "); "
-        "`python examples/paper.py --fast` measures every row at reduced settings "
+        "`python -m examples.paper --only GROUP` measures one group and prints it "
+        "(groups: " + ", ".join(f"`{g}`" for g in GROUPS) + "); "
+        "`python -m examples.paper --fast` measures every row at reduced settings "
         "(fewer init scales and asymmetries, the main scenario only) and exits non-zero "
         "when a verdict differs from this page's; `tests/test_paper.py` runs it in "
         "the default test tier, and the sticky-chain and real-text rows in the slow tier.",
@@ -700,7 +714,7 @@ def page_text(study, rows, meta, lib) -> str:
         "Both: width 8, `init_scale` 1e-3, seed 0, $t_1 = 20000$, default solver and "
         "save grid (`gf.integrate`).",
         "",
-        scenarios_table(study, lib),
+        scenarios_table(study),
         "",
         "## Verdicts",
         "",
@@ -722,7 +736,7 @@ def page_text(study, rows, meta, lib) -> str:
             "",
             f"**The claim.** {statement}",
             "",
-            f"**Measured by** `python examples/paper.py --only {group}`. {how}",
+            f"**Measured by** `python -m examples.paper --only {group}`. {how}",
             "",
             table(claim, claim_rows),
             "",
@@ -740,18 +754,18 @@ def page_text(study, rows, meta, lib) -> str:
     notes = failing_notes(by_claim)
     if notes:
         out += ["", "## What does not hold", "", *notes]
-    out += ["", "## How the rows are checked", "", lib.CHECKS_TEXT.strip(), ""]
+    out += ["", "## How the rows are checked", "", CHECKS_TEXT.strip(), ""]
     return "\n".join(out)
 
 
-def write(out, study, rows, meta, lib) -> None:
+def write(out, study, rows, meta) -> None:
     """docs/paper.md, docs/figures/paper_<group>.png and
     docs/figures/paper.json under `out` (the docs folder)."""
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     meta = dict(meta, out=str(out))
     for group in rows:
-        FIGURES[group](study, lib, out / "figures" / f"paper_{group}.png")
+        FIGURES[group](study, out / "figures" / f"paper_{group}.png")
     data = {
         "meta": meta,
         "rows": {g: [dict(vars(r)) for r in rs] for g, rs in rows.items()},
@@ -759,4 +773,4 @@ def write(out, study, rows, meta, lib) -> None:
     (out / "figures" / "paper.json").write_text(
         json.dumps(_jsonable(data), indent=1) + "\n"
     )
-    (out / "paper.md").write_text(page_text(study, rows, meta, lib))
+    (out / "paper.md").write_text(page_text(study, rows, meta))
