@@ -27,28 +27,30 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    kw = dict(width=8, t1=args.t1, run=gf.Run(progress=False))
-    gf.integrate(chain, 1e-3, **kw)  # compile
+    kw = dict(width=8, t1=args.t1)
+    gf.integrate(chain, 1e-3, **kw, run=gf.Run(progress=False))  # compile
     cases = {"no checkpoint": None, "every 120 s (default)": 120.0, "every chunk": 0.0}
     times = {k: [] for k in cases}
     info = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for name, every in cases.items():
-                extra = {}
+                run = gf.Run(progress=False)
                 if every is not None:
-                    extra = dict(
-                        checkpoint=Path(tmp) / f"{rep}-{every}.npz",
-                        checkpoint_every=every,
+                    path = Path(tmp) / f"{rep}-{every}.npz"
+                    run = gf.Run(
+                        progress=False, checkpoint=path, checkpoint_every=every
                     )
                 start = time.perf_counter()
-                traj = gf.integrate(chain, 1e-3, **kw, **extra)
+                traj = gf.integrate(chain, 1e-3, **kw, run=run)
                 times[name].append(time.perf_counter() - start)
                 if every is not None:
-                    info[name] = (extra["checkpoint"].stat().st_size, traj)
+                    info[name] = (run.checkpoint.stat().st_size, traj)
         path = Path(tmp) / f"0-{120.0}.npz"
         start = time.perf_counter()
-        again = gf.integrate(chain, 1e-3, **kw, run=gf.Run(checkpoint=path))
+        again = gf.integrate(
+            chain, 1e-3, **kw, run=gf.Run(progress=False, checkpoint=path)
+        )
         t_again = time.perf_counter() - start
     base = np.median(times["no checkpoint"])
     steps = info["every chunk"][1].stats.num_steps

@@ -1,6 +1,6 @@
 """Does a solo solve pay for the host devices? The bare default solve of the
 default scenario (sticky(6, .5, .5, .05), width 8, t1 = 20000,
-`stages=False`) in fresh processes with `GRADFLOW_CPU_DEVICES` = 1 and 2,
+`gf.SaveAt(stages=False)`) in fresh processes with `GRADFLOW_CPU_DEVICES` = 1 and 2,
 alternating: wall time and CPU time (this process, all threads) of 3 calls
 after a compile. On a loaded machine compare the CPU times.
 

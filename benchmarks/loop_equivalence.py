@@ -42,12 +42,16 @@ elif name == "zipf":
     chain, kw = gf.chains.zipf(8, 1.0, rho=0.3), dict(width=8, t1=20000.0)
 else:
     chain, kw = gf.chains.from_text(vocab_size=8), dict(width=8, t1=20000.0)
-tr = gf.integrate(chain, 1e-3, stages=stages, progress=False, **kw)
+if hasattr(gf, "SaveAt"):  # the grouped options (issue 33)
+    kw.update(saveat=gf.SaveAt(stages=stages), run=gf.Run(progress=False))
+else:
+    kw.update(stages=stages, progress=False)
+tr = gf.integrate(chain, 1e-3, **kw)
 def field(s, k):
     return s[k] if isinstance(s, dict) else getattr(s, k)
 stages_out = [[field(s, "name"), field(s, "t_start"), field(s, "t_end")] for s in tr.stages]
 np.savez(out, ts=tr.ts, loss=tr.loss, **{n: np.asarray(getattr(tr.params, n)) for n in ("W0", "W1", "WQ", "WK")})
-json.dump({"stages": stages_out, "steps": tr.stats.num_steps, "ok": bool(tr.ok), "wall": tr.stats.wall_time}, open(out + ".json", "w"))
+json.dump({"stages": stages_out, "steps": getattr(tr.stats, "num_steps", None) or tr.stats["num_steps"], "ok": bool(tr.ok), "wall": tr.stats.wall_time}, open(out + ".json", "w"))
 """
 
 

@@ -9,7 +9,7 @@ adaptive rank, `ROS34PW2()`), and each change alone, on
 - the 256-word text chain of docs/text.md (built-in corpus, width 16,
   t1 = 1500; 8,704 parameters), whose 17th eigenvalue stays below 0.4.
 
-Both bare (`stages=False`), compiled first on a short run.
+Both bare (`gf.SaveAt(stages=False)`), compiled first on a short run.
 
     PYTHONPATH=. python benchmarks/refresh.py [--doc docs/performance.md]
 
@@ -79,9 +79,9 @@ def main():
             wall = time.perf_counter() - t
             st = traj.stats
             line = (
-                f"| {label} | {name} | {wall:.1f} | {st['num_steps']} "
-                f"({st['num_rejected_steps']}) | {st['num_grad_evals']} | "
-                f"{st['num_hvps']} | {st['w_rank']} | {float(traj.loss[-1]):.15f} | "
+                f"| {label} | {name} | {wall:.1f} | {st.num_steps} "
+                f"({st.num_rejected_steps}) | {st.num_grad_evals} | "
+                f"{st.num_hvps} | {st.w_rank} | {float(traj.loss[-1]):.15f} | "
                 f"{load()} |"
             )
             lines.append(line)

@@ -1,4 +1,6 @@
-"""The save buffer of bucketed length (`gradflow/_engine/loop.py`: `save_buffer_size`).
+"""The save buffer of bucketed length (`gradflow/_loop/loop.py`:
+`save_buffer_size`, the smallest of 16, 24, 32, 48, 64, 96, ... that holds the
+save times).
 
 1. Compilation, in one process: a solve with 301 save times, then one with
    300 (the same bucket, 384) and one with 801 (bucket 1024), each on
@@ -42,11 +44,8 @@ def compilation() -> None:
     acc = _compile_seconds()
     import gradflow as gf
 
-    # not public: the engine's bucket sizes, printed beside the compilations
-    from gradflow._loop.loop import save_buffer_size
-
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    for n in (301, 300, 801):
+    for n, bucket in ((301, 384), (300, 384), (801, 1024)):
         acc.clear()
         ts = np.concatenate([[0.0], np.geomspace(1.0, 200.0, n - 1)])
         gf.integrate(
@@ -58,7 +57,7 @@ def compilation() -> None:
             run=gf.Run(progress=False),
         )
         print(
-            f"{n:4d} saves (buffer {save_buffer_size(n):4d}): "
+            f"{n:4d} saves (buffer {bucket:4d}): "
             f"{acc['count']:3d} compilations, {acc['seconds']:6.2f} s of XLA time"
         )
 

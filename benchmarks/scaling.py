@@ -98,25 +98,27 @@ def first_cycle_table(sizes, init_scale=1e-3):
             ("default ros34pw2", gf.solvers.ROS34PW2(), None, None),
         ]
         for label, solver, rtol, atol in rows:
-            kwargs = dict(width=m, t1=t1, solver=solver, run=gf.Run(progress=False))
-            kwargs["ts"] = np.geomspace(t1 * 1e-3, t1, 50)
-            if rtol is not None:
-                kwargs.update(rtol=rtol, atol=atol)
+            kwargs = dict(
+                width=m,
+                solver=gf.Solver(solver, rtol=rtol, atol=atol),
+                run=gf.Run(progress=False),
+            )
+            ts = np.geomspace(t1 * 1e-3, t1, 50)
             # compile on a short run with the same shapes
             gf.integrate(
-                chain,
-                init_scale,
-                **{**kwargs, "t1": t1 * 1e-3, "ts": kwargs["ts"] * 1e-3},
+                chain, init_scale, t1=t1 * 1e-3, saveat=gf.SaveAt(ts * 1e-3), **kwargs
             )
             start = time.perf_counter()
-            traj = gf.integrate(chain, init_scale, **kwargs)
+            traj = gf.integrate(
+                chain, init_scale, t1=t1, saveat=gf.SaveAt(ts), **kwargs
+            )
             wall = time.perf_counter() - start
             st = traj.stats
-            hvps = st.get("num_hvps", "-")
+            hvps = "-" if st.num_hvps is None else st.num_hvps
             print(
                 f"| {d} | {m} | {2 * d * m + 2 * m * m:,} | {t1:.4g} | {label} | "
-                f"{wall:.3g} | {st['num_steps']:,} | {st['num_rejected_steps']:,} | "
-                f"{st['num_grad_evals']:,} | {hvps} | {traj.loss[-1]:.5f} | "
+                f"{wall:.3g} | {st.num_steps:,} | {st.num_rejected_steps:,} | "
+                f"{st.num_grad_evals:,} | {hvps} | {traj.loss[-1]:.5f} | "
                 f"{float(chain.unigram_entropy):.5f} |",
                 flush=True,
             )

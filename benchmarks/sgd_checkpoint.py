@@ -36,25 +36,28 @@ def main():
         context=256,
         sgd=gf.SGD(lr=0.2, batch_size=512),
         t1=args.t1,
-        run=gf.Run(progress=False),
     )
-    gf.train_sgd(chain, **kw)  # compile
+    gf.train_sgd(chain, **kw, run=gf.Run(progress=False))  # compile
     folder = Path(tempfile.mkdtemp())
     times = {"none": [], "every 120 s": [], "every chunk": []}
     writes, size = {}, 0
     for rep in range(args.reps):
         for name, every in (("none", None), ("every 120 s", 120), ("every chunk", 0)):
             path = None if every is None else folder / f"{rep}-{every}.npz"
-            extra = (
-                {} if every is None else dict(checkpoint=path, checkpoint_every=every)
-            )
-            run = gf.train_sgd(chain, **kw, **extra)
+            options = gf.Run(progress=False)
+            if every is not None:
+                options = gf.Run(
+                    progress=False, checkpoint=path, checkpoint_every=every
+                )
+            run = gf.train_sgd(chain, **kw, run=options)
             times[name].append(run.stats.wall_time)
             writes[name] = run.stats.checkpoint_writes
             if path is not None:
                 size = path.stat().st_size
     t = time.perf_counter()
-    again = gf.train_sgd(chain, **kw, run=gf.Run(checkpoint=folder / "0-0.npz"))
+    again = gf.train_sgd(
+        chain, **kw, run=gf.Run(progress=False, checkpoint=folder / "0-0.npz")
+    )
     resume_total = time.perf_counter() - t
     base = float(np.median(times["none"]))
     out = {

@@ -23,9 +23,6 @@ import optax
 
 import gradflow as gf
 
-# not public: one step alone is timed (gf.train_sgd runs it inside its chunks)
-from gradflow._sgd.loop import sgd_step
-
 
 def timeit(fn, reps):
     jax.block_until_ready(fn())  # compile
@@ -56,12 +53,18 @@ def main():
     state = opt.init(params)
     key = jax.random.key(0)
 
-    step = eqx.filter_jit(
-        lambda p, st, k: sgd_step(p, st, k, source=problem, optimizer=opt, batch_size=b)
-    )
+    @eqx.filter_jit
+    def step(p, st, k):
+        """The step `gf.train_sgd` runs: sample a batch, its loss and gradient,
+        the optimizer's update."""
+        batch = problem.sample(k, b)
+        loss, grads = jax.value_and_grad(problem.sample_loss)(p, batch)
+        updates, st = opt.update(grads, st, p)
+        return optax.apply_updates(p, updates), st, loss
+
     sample = eqx.filter_jit(lambda k: problem.sample(k, b))
     batch = sample(key)
-    grad_counted = eqx.filter_jit(jax.grad(problem.sample_loss))
+    grad_counted = eqx.filter_jit(lambda p, x: jax.grad(problem.sample_loss)(p, x))
     grad_positions = jax.jit(jax.grad(gf.finite_context_loss))
 
     results = {

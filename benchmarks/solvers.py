@@ -44,8 +44,8 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import gradflow as gf  # noqa: E402
 
+
 # not public: the plain-Diffrax rows count their work as a Trajectory's stats do
-from gradflow._flow.solving import count_grad_evals, count_hvps  # noqa: E402
 
 
 # -- scenarios ------------------------------------------------------------------
@@ -240,10 +240,10 @@ class Candidate:
                 final=jax.tree.map(lambda x: np.asarray(x)[0], sol.ys[1]),
                 steps=stats["num_steps"],
                 rejected=stats["num_rejected_steps"],
-                grads=count_grad_evals(self.solver, stats, sol.solver_state)
+                grads=gf.count_grad_evals(self.solver, stats, sol.solver_state)
                 if self.dt is None
                 else stats["num_steps"],
-                hvps=count_hvps(self.solver, sol.solver_state),
+                hvps=gf.count_hvps(self.solver, sol.solver_state),
                 ok=bool(sol.result == dfx.RESULTS.successful),
             )
         if self.kind == "scipy":

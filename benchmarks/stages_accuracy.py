@@ -18,6 +18,7 @@ Solved trajectories are cached (gradflow trajectory files) in
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -112,11 +113,23 @@ def solve(entry: dict, *, t1: float = T1, num: int = DENSE_NUM, cache=None):
     return traj
 
 
-def _labeller():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    import stages_labeller
+def _tests_module(name: str):
+    """A helper module of `tests/`, loaded from its file under its own name (so
+    that the labeller's `from reference import ...` finds the reference)."""
+    path = Path(__file__).resolve().parents[1] / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
-    return stages_labeller
+
+def _labeller():
+    """The independent labeller (`tests/stages_labeller.py`) and the NumPy
+    reference it builds on (`tests/reference.py`)."""
+    _tests_module("reference")
+    return _tests_module("stages_labeller")
 
 
 def detect_on_default_grid(traj, thresholds=None, step=STAGES_STEP):
@@ -127,8 +140,10 @@ def detect_on_default_grid(traj, thresholds=None, step=STAGES_STEP):
     ts = np.asarray(traj.ts)[idx]
     params = jax.tree.map(lambda x: np.asarray(x)[idx], traj.params)
     start = time.perf_counter()
-    obs = gf.markov.observe_params(ts, params, traj.chain)
-    stages = gf.markov.detect_stages(ts, obs, chain=traj.chain, thresholds=thresholds)
+    obs = gf.markov.observe_params(ts, params, traj.problem.chain)
+    stages = gf.markov.detect_stages(
+        ts, obs, chain=traj.problem.chain, thresholds=thresholds
+    )
     return stages, time.perf_counter() - start
 
 
@@ -224,107 +239,6 @@ def default_scenario(results) -> bool:
     return same and worst <= 0.01
 
 
-def calibrate(entries, step=STAGES_STEP):
-    """The measurements behind each threshold (docs/stages.md), per family."""
-    # not public: the calibration reads the detector's intermediate curves
-    from gradflow._stages import plateau_intervals
-    from gradflow.markov.stages import _curves, _focus_episodes
-
-    th = gf.StageThresholds()
-    rows = {}
-    for e in entries:
-        traj = solve(e)
-        idx = np.r_[0, np.arange(1, len(traj.ts), step)]
-        ts = np.asarray(traj.ts)[idx]
-        params = jax.tree.map(lambda x, i=idx: np.asarray(x)[i], traj.params)
-        obs = gf.markov.observe_params(ts, params, traj.chain)
-        c = _curves(ts, obs, traj.chain, th.rate_window)
-        R = rows.setdefault(
-            e["family"],
-            {
-                k: []
-                for k in (
-                    "plateau_min_speed",
-                    "drop_peak_speed",
-                    "plateau_abs_e",
-                    "focus_min_e",
-                    "kept_drop",
-                    "kept_gain",
-                    "dropped_drop",
-                    "dropped_gain",
-                    "burst_max_rho",
-                    "quiet_abs_rho",
-                )
-            },
-        )
-        s = c.obs["speed"]
-        plateaus, _ = plateau_intervals(c, s, th)
-        bounds = [(a[0], (b[0] if b else len(ts) - 1)) for a, b in plateaus]
-        for a, b in bounds:
-            R["plateau_min_speed"].append(s[a + 1 : b + 1].min() if b > a else s[a])
-            R["plateau_abs_e"].append(
-                np.abs(c.obs["entropy_rate"][a + 1 : b + 1]).max() if b > a else 0
-            )
-        for (_, b0), (a1, _) in zip(bounds[:-1], bounds[1:]):
-            R["drop_peak_speed"].append(s[b0 : a1 + 1].max())
-        H_pi = float(traj.chain.unigram_entropy)
-        for f in _focus_episodes(c, th, H_pi):
-            kept = (
-                f["tokens"]
-                and f["entropy_drop"] >= th.min_entropy_drop
-                and f["mass_gain"] >= th.min_mass_change
-            )
-            R["kept_drop" if kept else "dropped_drop"].append(f["entropy_drop"])
-            R["kept_gain" if kept else "dropped_gain"].append(f["mass_gain"])
-            if kept:
-                R["focus_min_e"].append(
-                    c.obs["entropy_rate"][f["start"][0] : f["end"][0] + 2].min()
-                )
-        rho, r = c.obs["sv_rate"], c.obs["sv_ratio"]
-        for k in range(r.shape[1]):
-            opening = (r[:, k] > th.direction_open) & (
-                np.minimum.accumulate(r[:, k]) < th.direction_low
-            )
-            if opening.any():
-                j = int(np.argmax(opening))
-                lo = int(np.flatnonzero(r[: j + 1, k] < th.direction_low)[-1])
-                R["burst_max_rho"].append(rho[lo : j + 1, k].max())
-            else:
-                R["quiet_abs_rho"].append(np.abs(rho[len(ts) // 10 :, k]).max())
-        print(e["name"], "done", flush=True)
-
-    def q(v, f):
-        return f"{f(v):.3g}" if len(v) else "-"
-
-    print(
-        f"\n{'family':<10} {'plateau s (max of min)':>22} {'drop peak s (min)':>18} "
-        f"{'|e| on plateaus (median max)':>28} {'focus min e (max)':>18}"
-    )
-    for fam, R in rows.items():
-        print(
-            f"{fam:<10} {q(R['plateau_min_speed'], np.max):>22} {q(R['drop_peak_speed'], np.min):>18} "
-            f"{q(R['plateau_abs_e'], np.median):>28} {q(R['focus_min_e'], np.max):>18}"
-        )
-    print(
-        f"\n{'family':<10} {'kept: min drop/H':>16} {'min gain':>9} {'dropped: max drop/H':>20} "
-        f"{'max gain':>9} {'n kept/dropped':>15}"
-    )
-    for fam, R in rows.items():
-        print(
-            f"{fam:<10} {q(R['kept_drop'], np.min):>16} {q(R['kept_gain'], np.min):>9} "
-            f"{q(R['dropped_drop'], np.max):>20} {q(R['dropped_gain'], np.max):>9} "
-            f"{len(R['kept_drop']):>7}/{len(R['dropped_drop'])}"
-        )
-    print(
-        f"\n{'family':<10} {'opening: min of max rho':>24} {'no opening: max |rho|':>22}"
-    )
-    for fam, R in rows.items():
-        print(
-            f"{fam:<10} {q(R['burst_max_rho'], np.min):>24} {q(R['quiet_abs_rho'], np.max):>22}"
-        )
-    return rows
-
-
 def cost(entries):
     """Detection (observe over the saves + detect_stages) against the bare
     solve of the same call, both warm (compiled), on the stages grid."""
@@ -358,9 +272,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the CI subset only")
     parser.add_argument("--solve-only", action="store_true")
-    parser.add_argument(
-        "--calibrate", action="store_true", help="threshold measurements"
-    )
     parser.add_argument("--cost", action="store_true", help="detection vs bare solve")
     parser.add_argument(
         "--step",
@@ -376,9 +287,6 @@ def main(argv=None) -> int:
         solve(e)
         print(f"{e['name']}: {time.perf_counter() - start:.1f} s", flush=True)
     if args.solve_only:
-        return 0
-    if args.calibrate:
-        calibrate(entries, args.step)
         return 0
     if args.cost:
         cost([e for e in entries if e["name"] in QUICK])

@@ -5,8 +5,8 @@
    the cache the first run left (warm). With `--baseline DIR` the same two runs
    of another checkout (e.g. a worktree of an older commit) are timed side by
    side, in alternation, with its own empty cache.
-2. In one process, after both are compiled: `integrate(..., stages=True)` and
-   the bare solve `stages=False` of the same call (a new seed each time, so no
+2. In one process, after both are compiled: `integrate` with stages and
+   the bare solve (`gf.SaveAt(stages=False)`) of the same call (a new seed each time, so no
    result is reused), repeated, median ratio.
 
     python benchmarks/startup.py [--baseline DIR] [--repeats 2] [--skip-cli]

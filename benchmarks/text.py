@@ -17,17 +17,19 @@ loader's work when other jobs compete for the cores.
 
 What is measured, per case: `gf.text.load(path, level)` and then
 `gf.text.encode(corpus, vocab_size)` (tokens, bigram chain), as a user calls
-them; "main" is the text code of the `main` branch (`git show main:...` of
-`gradflow/text/`, or of `gradflow/_text.py` before it was split into that
-package), imported into a temporary module.
+them; "main" is the same calls on the `main` branch's gradflow (its package
+`gradflow/`, exported with `git archive` into a temporary folder and put on
+the measuring process's `PYTHONPATH`).
 """
 
 import argparse
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -35,20 +37,15 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Modules that main's text code imports (relatively) and that the engine
-# refactor moved: old name -> today's module.
-MOVED_MODULES = {
-    "gradflow._chain": "gradflow.markov.chain",
-    "gradflow._errors": "gradflow._core.errors",
-}
+# where each implementation's gradflow is imported from (`main`: set by
+# `export_main`)
+CHECKOUTS = {"new": ROOT}
 
 
 def make_corpus(path: Path, n_bytes: int, seed: int = 0, exponent: float = 1.1):
     """Writes about `n_bytes` of Zipf-resampled built-in words to `path`."""
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
     from gradflow.text import builtin_text
 
     words = re.findall(r"[^\W_]+(?:'[^\W_]+)*", builtin_text())
@@ -76,57 +73,28 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+def export_main(folder: Path, ref: str = "main") -> Path:
+    """The package `gradflow/` of git revision `ref`, written under `folder`
+    (and recorded as the checkout of the implementation "main")."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "gradflow"],
+        check=True,
+        capture_output=True,
     ).stdout
-
-
-def _import_main_text(ref: str = "main"):
-    """Main's text code as the module `gradflow._text_main`: the package
-    `gradflow/text/`, or the module `gradflow/_text.py` it was split from."""
-    import importlib
-    import importlib.util
-    import shutil
-
-    import gradflow  # noqa: F401  (the package its relative imports need)
-
-    names = _git("ls-tree", "--name-only", ref, "gradflow/text/").split()
-    folder = Path(tempfile.mkdtemp())
-    if names:
-        package = folder / "_text_main"
-        package.mkdir()
-        for name in names:
-            if name.endswith(".py"):
-                (package / Path(name).name).write_text(_git("show", f"{ref}:{name}"))
-        file, search = package / "__init__.py", [str(package)]
-    else:
-        file, search = folder / "_text_main.py", None
-        file.write_text(_git("show", f"{ref}:gradflow/_text.py"))
-    # Main's code may predate the engine refactor: its relative imports then
-    # name modules that moved; point those names at where the code lives now.
-    for name, moved in MOVED_MODULES.items():
-        if importlib.util.find_spec(name) is None:
-            sys.modules[name] = importlib.import_module(moved)
-    spec = importlib.util.spec_from_file_location(
-        "gradflow._text_main", file, submodule_search_locations=search
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gradflow._text_main"] = module
-    spec.loader.exec_module(module)
-    shutil.rmtree(folder)
-    return module
+    out = folder / "main"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(out, filter="data")
+    CHECKOUTS["main"] = out
+    return out
 
 
 def measure(impl: str, path: str, level: str, vocab_sizes: list[int]) -> dict:
-    """One case, in this process (run it in a fresh one)."""
-    sys.path.insert(0, str(ROOT))
+    """One case, in this process (run it in a fresh one, with the checkout of
+    `impl` on `PYTHONPATH`)."""
     import numpy as np
 
-    if impl == "main":
-        text = _import_main_text()
-    else:
-        import gradflow.text as text
+    import gradflow.text as text
+
     base = _rss_mb()
     t, c = time.perf_counter(), time.process_time()
     kwargs = {} if impl == "main" else {"progress": False}
@@ -180,7 +148,7 @@ def measure(impl: str, path: str, level: str, vocab_sizes: list[int]) -> dict:
 def run_case(impl, path, level, vocab_sizes) -> dict:
     cmd = [sys.executable, __file__, "_measure", impl, str(path), level]
     cmd += [str(k) for k in vocab_sizes]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUTS[impl])}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode:
         raise SystemExit(f"{impl} {level} failed:\n{done.stderr[-3000:]}")
@@ -235,6 +203,7 @@ def main():
 
 
 def small_cases(args, folder, results):
+    export_main(Path(folder))
     small = make_corpus(Path(folder) / "small.txt", int(args.small_mb * 1e6))
     cases = [
         ("main", small, "word", [512]),

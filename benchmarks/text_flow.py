@@ -167,7 +167,7 @@ def save(fig, name):
     plt.close(fig)
 
 
-def main():
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--text", default=None, help="file or folder (default: built-in)"
@@ -212,7 +212,11 @@ def main():
         "timings)",
     )
     parser.add_argument("--out", default="out/text_flow.json")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     rt = _real_text()
     result = {"settings": vars(args), "gradflow_version": gf.__version__}
     print(f"jax {jax.__version__}, devices {jax.devices()}", flush=True)
@@ -252,8 +256,15 @@ def main():
     if args.from_saved is not None:
         run = gf.load_sgd(Path(args.from_saved) / "sgd.npz")
         traj = gf.load(Path(args.from_saved) / "flow.npz")
-        analyse(args, rt, result, chain, run, traj)
-        return
+    else:
+        run, traj = solve(args, stream, p0, result)
+    analyse(args, rt, result, chain, run, traj)
+
+
+def solve(args, stream, p0, result):
+    """SGD on the text's windows, then the flow on its bigram chain (within
+    `--budget` seconds), with their costs in `result`."""
+    chain = stream.chain
     t = time.perf_counter()
     run = gf.train_sgd(
         stream,
@@ -265,7 +276,7 @@ def main():
     )
     result["sgd"] = {
         "wall_s": time.perf_counter() - t,
-        "stats": {k: v for k, v in run.stats.items()},
+        "stats": run.stats.to_dict(),
         "loss_final": float(run.loss[-1]),
     }
     print("sgd", result["sgd"], flush=True)
@@ -296,7 +307,7 @@ def main():
     finally:
         if timer is not None:
             timer.cancel()
-    stats = {k: v for k, v in traj.stats.items()}
+    stats = traj.stats.to_dict()
     result["flow"] = {
         "wall_s": time.perf_counter() - t,
         "t_reached": float(traj.ts[-1]),
@@ -314,7 +325,7 @@ def main():
     print("flow", result["flow"], flush=True)
     if args.save_dir is not None:
         print("saved", traj.save(Path(args.save_dir) / "flow.npz"), flush=True)
-    analyse(args, rt, result, chain, run, traj)
+    return run, traj
 
 
 def analyse(args, rt, result, chain, run, traj):

@@ -39,7 +39,8 @@ import numpy as np
 import gradflow as gf
 ts = np.linspace(0.0, 50.0, 4001)
 call = lambda: gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 10.0, t1=50.0,
-                            ts=ts, stages=False, progress=False)
+                            saveat=gf.SaveAt(ts, stages=False),
+                            run=gf.Run(progress=False))
 call()
 best = float("inf")
 for _ in range(2):
@@ -52,7 +53,8 @@ FIXTURE = """
 import time
 import gradflow as gf
 t = time.perf_counter()
-gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=80.0, progress=False)
+gf.integrate(gf.chains.sticky(6, 0.5, 0.5, 0.05), 1e-3, width=8, t1=80.0,
+             run=gf.Run(progress=False))
 print(time.perf_counter() - t)
 """
 

@@ -6,12 +6,16 @@
 runs the three commands of `RUNS` (`gradflow run ... --no-figures`, the
 trajectory into `DIR/d<d>`, a temporary folder without `--keep`; a run whose
 `command.json` there holds the same command, up to `--out`, `--no-progress`
-and `--no-figures`, is read back instead of solved again) and writes `docs/figures/scale_d<d>_{summary,embeddings_pca,attention}.png`
-with `gradflow.plot`, titled as `gradflow run` titles them. The d = 512 run
-takes several minutes on a 2-core CPU.
+and `--no-figures`, is read back instead of solved again) and writes
+`docs/figures/scale_d<d>_{summary,embeddings_pca,attention}.png` with
+`gradflow.plot`, titled as `gradflow run` titles them (the chain it prints,
+kept in `command.json`). The d = 512 run takes several minutes on a 2-core
+CPU.
 """
 
 import argparse
+import contextlib
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -27,18 +31,29 @@ RUNS = {
 
 
 def _trajectory(d: int, folder: Path):
+    """`(trajectory, title)` of the run of `RUNS[d]`: the title is the chain
+    that `gradflow run` prints (`chain: TITLE; model: ...`)."""
     import gradflow as gf
     from gradflow.cli import main
 
     out = folder / f"d{d}"
     argv = [*RUNS[d], "--no-progress", "--no-figures", "--out", str(out)]
     done = out / "command.json"
-    if not (done.exists() and _solved(json.loads(done.read_text())["argv"]) == RUNS[d]):
-        if main(argv) != 0:
+    record = json.loads(done.read_text()) if done.exists() else {}
+    if _solved(record.get("argv", [])) != RUNS[d] or "title" not in record:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(argv)
+        if code != 0:
             raise SystemExit(f"gradflow {' '.join(argv)} failed")
+        line = next(
+            x for x in printed.getvalue().splitlines() if x.startswith("chain: ")
+        )
+        title = line.removeprefix("chain: ").rsplit("; model: ", 1)[0]
         # the command as run (main() records sys.argv, not its argument)
-        done.write_text(json.dumps({"argv": argv}, indent=1))
-    return gf.load(out / "trajectory.npz")
+        record = {"argv": argv, "title": title}
+        done.write_text(json.dumps(record, indent=1))
+    return gf.load(out / "trajectory.npz"), record["title"]
 
 
 def _solved(argv: list[str]) -> list[str]:
@@ -55,17 +70,6 @@ def _solved(argv: list[str]) -> list[str]:
     return out
 
 
-def _title(d: int) -> str:
-    import argparse as ap
-
-    from gradflow._cli.common import chain_from_args
-    from gradflow._cli.sgd import text_description
-    from gradflow.cli import build_parser
-
-    args: ap.Namespace = build_parser().parse_args(RUNS[d])
-    return text_description(args) if args.text else chain_from_args(args)[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, default=None)
@@ -75,8 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         for d in RUNS:
-            traj = _trajectory(d, folder)
-            title = _title(d)
+            traj, title = _trajectory(d, folder)
             stem = ROOT / "docs" / "figures" / f"scale_d{d}"
             for name, figure in (
                 ("summary", plot.summary_figure),

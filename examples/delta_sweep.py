@@ -50,7 +50,7 @@ STEP = 0.001  # continuation step in delta
 
 def post_focus_point(traj):
     """The first refined saddle below the unigram plateau (the post-focus one)."""
-    H = float(traj.chain.unigram_entropy)
+    H = float(traj.problem.chain.unigram_entropy)
     for cp in theory.critical_points(traj):
         if cp.converged and cp.loss < H - 1e-3:
             return cp
@@ -81,21 +81,11 @@ def continuation(deltas, start):
     return recs
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="docs/figures")
-    parser.add_argument(
-        "--measured",
-        default="0.01,0.02,0.03,0.04,0.05,0.06,0.065,0.07,0.075,0.08,0.09,0.1",
-    )
-    parser.add_argument("--t1-zero", type=float, default=20000.0)
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    result = {}
-
-    # 1. continuation of the degenerate critical point in delta
+def hessian_branch(result: dict) -> dict:
+    """1. The post-focus critical point of delta = 0.05, continued in delta up
+    to 0.1 and down to 0 (and back from 0.1: hysteresis), into `result`;
+    returns the branch's columns by name (with `delta`, `speed`, `delta_c`
+    and `hyst_loss` for the figure)."""
     chain = gf.chains.sticky(D, TOP, RHO, 0.05)
     traj = gf.integrate(
         chain, SCALE, width=WIDTH, t1=1200.0, seed=SEED, run=gf.Run(progress=False)
@@ -182,11 +172,18 @@ def main():
     print("Hessian fit, tracked branch (0 < delta <= 0.1):", result["hessian_fit_all"])
     print("R^2 >= 0.98 on (0, delta_max] up to delta_max =", result["linear_up_to"])
 
+    return dict(col, delta=deltas, speed=speed, delta_c=delta_c, hyst_loss=hyst_loss)
+
+
+def measured_rates(result: dict, branch: dict, measured_arg: str) -> list[dict]:
+    """2. The escape rate measured on the flank of full trajectories, one
+    batched `gf.sweep` over the measured deltas, against the branch."""
+    deltas, rate, col = branch["delta"], branch["tracked_rate"], branch
     # 2. measured escape rates from full trajectories: one batched gf.sweep
     # over the measured deltas, from the same random start. Members share t1
     # and the save times: t1 long enough for the slowest flank, saves dense
     # (spacing ~1.1) up to t = 2000, where the short flanks of large delta lie.
-    measured_deltas = [float(x) for x in args.measured.split(",")]
+    measured_deltas = [float(x) for x in measured_arg.split(",")]
     lams = [float(np.interp(x, deltas, rate)) for x in measured_deltas]
     t1 = float(max(min(20000.0, 1500.0 + 6.0 / max(lam, 1e-4)) for lam in lams))
     ts = np.union1d(
@@ -208,7 +205,7 @@ def main():
     )
     measured = []
     for delta, lam, tr in zip(measured_deltas, lams, sw, strict=True):
-        ch = tr.chain
+        ch = tr.problem.chain
         c = post_focus_point(tr)
         if c is None:
             print(f"  delta = {delta}: no post-focus plateau found")
@@ -274,7 +271,11 @@ def main():
         result["measured_fit_all"] = fit_dict(md[good_all], mr[good_all])
         print("measured fit, all:", result["measured_fit_all"])
 
-    # 3. delta = 0: random start against an exactly symmetric start
+    return measured
+
+
+def delta_zero(result: dict, t1: float) -> dict:
+    """3. delta = 0: the random start against the exactly symmetric one."""
     ch0 = gf.chains.sticky(D, TOP, RHO, 0.0)
     p0 = gf.init_params(D, WIDTH, SCALE, SEED)
     W0 = p0.W0.at[:, 1:].set(jnp.mean(p0.W0[:, 1:], axis=1, keepdims=True))
@@ -283,9 +284,7 @@ def main():
     zero = {}
     starts = gf.Params(*(jnp.stack([getattr(p0, n), getattr(sym, n)])
                          for n in ("W0", "W1", "WQ", "WK")))  # fmt: skip
-    sw0 = gf.sweep(
-        ch0, params=starts, width=WIDTH, t1=args.t1_zero, run=gf.Run(progress=False)
-    )
+    sw0 = gf.sweep(ch0, params=starts, width=WIDTH, t1=t1, run=gf.Run(progress=False))
     for name, tr in zip(("random", "symmetric"), sw0, strict=True):
         s = np.linalg.svd(np.asarray(tr.params.W0), compute_uv=False)
         zero[name] = {
@@ -300,9 +299,18 @@ def main():
             f"s(W0) = {np.round(s[-1], 4)}"
         )
     result["delta_zero"] = zero
-    result["wall_time"] = time.perf_counter() - start
 
-    # figure
+    return zero
+
+
+def figure(out: Path, result: dict, branch: dict, measured: list, zero: dict):
+    """The three panels: the rates against delta, the branch's soft
+    direction, delta = 0."""
+    deltas, rate, col = branch["delta"], branch["tracked_rate"], branch
+    speed, delta_c, hyst_loss = branch["speed"], branch["delta_c"], branch["hyst_loss"]
+    pos = deltas > 0
+    md = np.array([r["delta"] for r in measured])
+    mr = np.array([r["rate_measured"] for r in measured])
     fig, (ax0, ax2, ax1) = plt.subplots(1, 3, figsize=(15, 4.2))
     ax0.plot(
         deltas,
@@ -390,6 +398,30 @@ def main():
     fig.tight_layout()
     fig.savefig(out / "delta_sweep.png", dpi=100)
     fig.savefig(out / "delta_sweep.pdf")
+    with open(out / "delta_sweep.json", "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {out / 'delta_sweep.png'} ({result['wall_time']:.0f} s)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="docs/figures")
+    parser.add_argument(
+        "--measured",
+        default="0.01,0.02,0.03,0.04,0.05,0.06,0.065,0.07,0.075,0.08,0.09,0.1",
+    )
+    parser.add_argument("--t1-zero", type=float, default=20000.0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    result = {}
+
+    branch = hessian_branch(result)
+    measured = measured_rates(result, branch, args.measured)
+    zero = delta_zero(result, args.t1_zero)
+    result["wall_time"] = time.perf_counter() - start
+    figure(out, result, branch, measured, zero)
     with open(out / "delta_sweep.json", "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {out / 'delta_sweep.png'} ({result['wall_time']:.0f} s)")

@@ -26,7 +26,7 @@ def main():
     parser.add_argument("--loss", type=float, default=1.2976)
     args = parser.parse_args()
     tr = gf.load(args.traj)
-    ch = tr.chain
+    ch = tr.problem.chain
     plateau = next(
         (a, b, c)
         for a, b, c in theory.plateaus(tr)

@@ -370,7 +370,7 @@ def write_table(table, page):
     gf.replace_between_markers(page, TABLE_BEGIN, TABLE_END, table)
 
 
-def main():
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--report",
@@ -443,17 +443,19 @@ def main():
         "interrupted (as by Ctrl-C) and analysed up to where it got",
     )
     parser.add_argument("--out", default="out/real_text")
-    args = parser.parse_args()
-    if args.report:
-        table = report(args.report)
-        print(table)
-        if args.write_doc:
-            write_table(table, args.write_doc)
-        return
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    figures = Path(args.figure_dir)
-    options = {
+    args = parser.parse_args(argv)
+    args.solver_options = solver_options(args)
+    if args.solver_options and args.solver not in (None, "ros34pw2"):
+        parser.error(
+            "--jacobian-tol/--refresh-every/--carry-basis need ROS34PW2, got "
+            f"{args.solver!r}"
+        )
+    return args
+
+
+def solver_options(args) -> dict:
+    """The ROS34PW2 options given on the command line."""
+    return {
         k: v
         for k, v in (
             ("jacobian_tol", args.jacobian_tol),
@@ -462,124 +464,150 @@ def main():
         )
         if v is not None
     }
-    if options and args.solver not in (None, "ros34pw2"):
-        parser.error(
-            "--jacobian-tol/--refresh-every/--carry-basis need ROS34PW2, got "
-            f"{args.solver!r}"
+
+
+def encode(corpus, level: str, d: int, args) -> tuple[dict, object]:
+    """The corpus encoded on `d` tokens at `level`, and the record of its
+    chain: its smoothing against add-one smoothing, its most frequent tokens,
+    its entropies."""
+    record = {"level": level, "vocab_size": d}
+    distinct = len(corpus.units) if level != "bpe" else None
+    if distinct is not None and d > distinct:
+        # (characters of an English text: about a hundred) all of them
+        record["note"] = (
+            f"the corpus has {distinct} distinct {level} tokens, fewer than "
+            f"{d}: all {distinct} are used"
         )
+        record["vocab_size"] = d = distinct
+    t = time.perf_counter()
+    stream = gf.text.encode(
+        corpus, d, level=level, tail=args.tail, smoothing=args.smoothing
+    )
+    chain = stream.chain
+    record["encode_s"] = time.perf_counter() - t
+    record["stream"] = repr(stream)
+    record["smoothing"] = smoothing_record(stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # drowned: reported
+        laplace = stream.with_smoothing(1.0)
+    record["laplace"] = smoothing_record(laplace)
+    order = np.argsort(-np.asarray(chain.pi), kind="stable")
+    record["tokens_head"] = [chain.tokens[k] for k in order[:12]]
+    record["pi_head"] = [float(chain.pi[k]) for k in order[:12]]
+    record["num_tokens"] = len(stream)
+    record["other_pi"] = float(chain.pi[-1]) if args.tail == "other" else None
+    record["other_rank"] = int(pi_ranks(chain)[-1])
+    record["H_pi"] = float(-np.sum(chain.pi * np.log(chain.pi)))
+    record["entropy_rate"] = float(chain.conditional_entropy)
+    return record, stream
+
+
+def solve(stream, record: dict, name: str, args):
+    """SGD (with `--sgd`) and the flow from one start, their costs in
+    `record`; the flow stops at `--budget` seconds. Returns `(traj, run)`."""
+    chain = stream.chain
+    p0 = gf.init_params(chain.d, args.width, args.init_scale, 0)
+    ts = gf.default_save_times(args.t1)
+    run = None
+    if args.sgd:
+        t = time.perf_counter()
+        run = gf.train_sgd(
+            stream,
+            p0,
+            context=256,
+            sgd=gf.SGD(lr=0.2, batch_size=512),
+            t1=args.sgd_t1 or args.t1,
+            run=gf.Run(progress=False),
+        )
+        record["sgd_wall_s"] = time.perf_counter() - t
+        record["sgd_stats"] = run.stats.to_dict()
+        ts = np.unique(np.concatenate([run.ts, ts]))
+        ts = ts[ts <= args.t1]
+    options = args.solver_options
     solver = gf.solvers.ROS34PW2(**options) if options else args.solver
+    checkpoint = None
+    if args.checkpoint_dir is not None:
+        checkpoint = Path(args.checkpoint_dir) / f"{name}.ckpt"
+    t = time.perf_counter()
+    timer = None
+    if args.budget is not None:
+        timer = threading.Timer(args.budget, _thread.interrupt_main)
+        timer.daemon = True
+        timer.start()
+    try:
+        traj = gf.integrate(
+            chain,
+            params=p0,
+            t1=args.t1,
+            saveat=gf.SaveAt(ts),
+            solver=gf.Solver(solver, max_steps=args.max_steps),
+            run=gf.Run(progress=True, checkpoint=checkpoint),
+        )
+    except gf.Interrupted as e:  # the wall-clock budget ran out
+        traj = e.result
+        record["interrupted_at_t"] = float(traj.ts[-1])
+    finally:
+        if timer is not None:
+            timer.cancel()
+    record["flow_wall_s"] = time.perf_counter() - t
+    record["t_reached"] = float(traj.ts[-1])
+    record["flow_ok"] = bool(traj.ok)
+    record["flow_message"] = traj.message
+    record["flow_stats"] = traj.stats.to_dict()
+    return traj, run
+
+
+def study(stream, record: dict, level: str, args) -> None:
+    """The flow (and SGD) on one chain, analysed, with its figures."""
+    chain = stream.chain
+    figures = Path(args.figure_dir)
+    name = f"real_text_{level}_{chain.d}" + ("_drop" if args.tail == "drop" else "")
+    traj, run = solve(stream, record, name, args)
+    analysis, H, mass = analyse(traj, chain, args.min_fall)
+    record.update(analysis)
+    figure(
+        traj,
+        chain,
+        H,
+        mass,
+        analysis,
+        name,
+        f"{stream.source}, {level} level, d = {chain.d}"
+        + (", tail dropped" if args.tail == "drop" else "")
+        + f", width {args.width}: "
+        f"focus token {analysis['focus_token']!r} (rank {analysis['focus_rank']})",
+        folder=figures,
+    )
+    if run is not None:
+        cmp = gf.compare(
+            traj,
+            run,
+            labels=("flow on the bigram chain", "SGD on real windows"),
+        )
+        record["compare"] = cmp.summary()
+        cmp.save_figure(
+            figures / "real_text_sgd",
+            title=f"{stream.source}, {level} level, d = {chain.d}, width {args.width}",
+        )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.report:
+        table = report(args.report)
+        print(table)
+        if args.write_doc:
+            write_table(table, args.write_doc)
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     results = {"settings": vars(args), "gradflow_version": gf.__version__, "runs": []}
     for level in args.levels:
         corpus = gf.text.load(args.text, "word" if level == "word" else level)
         for d in args.sizes:
-            record = {"level": level, "vocab_size": d}
-            distinct = len(corpus.units) if level != "bpe" else None
-            if distinct is not None and d > distinct:
-                # (characters of an English text: about a hundred) all of them
-                record["note"] = (
-                    f"the corpus has {distinct} distinct {level} tokens, fewer than "
-                    f"{d}: all {distinct} are used"
-                )
-                record["vocab_size"] = d = distinct
-            t = time.perf_counter()
-            stream = gf.text.encode(
-                corpus, d, level=level, tail=args.tail, smoothing=args.smoothing
-            )
-            chain = stream.chain
-            record["encode_s"] = time.perf_counter() - t
-            record["stream"] = repr(stream)
-            record["smoothing"] = smoothing_record(stream)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # drowned: reported
-                laplace = stream.with_smoothing(1.0)
-            record["laplace"] = smoothing_record(laplace)
-            order = np.argsort(-np.asarray(chain.pi), kind="stable")
-            record["tokens_head"] = [chain.tokens[k] for k in order[:12]]
-            record["pi_head"] = [float(chain.pi[k]) for k in order[:12]]
-            record["num_tokens"] = len(stream)
-            record["other_pi"] = float(chain.pi[-1]) if args.tail == "other" else None
-            record["other_rank"] = int(pi_ranks(chain)[-1])
-            record["H_pi"] = float(-np.sum(chain.pi * np.log(chain.pi)))
-            record["entropy_rate"] = float(chain.conditional_entropy)
-            if args.no_flow:  # the chain only
-                print(json.dumps(record, default=str), flush=True)
-                results["runs"].append(record)
-                continue
-            p0 = gf.init_params(d, args.width, args.init_scale, 0)
-            ts = gf.default_save_times(args.t1)
-            run = None
-            if args.sgd:
-                t = time.perf_counter()
-                run = gf.train_sgd(
-                    stream,
-                    p0,
-                    context=256,
-                    sgd=gf.SGD(lr=0.2, batch_size=512),
-                    t1=args.sgd_t1 or args.t1,
-                    run=gf.Run(progress=False),
-                )
-                record["sgd_wall_s"] = time.perf_counter() - t
-                record["sgd_stats"] = {k: v for k, v in run.stats.items()}
-                ts = np.unique(np.concatenate([run.ts, ts]))
-                ts = ts[ts <= args.t1]
-            name = f"real_text_{level}_{d}" + ("_drop" if args.tail == "drop" else "")
-            t = time.perf_counter()
-            timer = None
-            if args.budget is not None:
-                timer = threading.Timer(args.budget, _thread.interrupt_main)
-                timer.daemon = True
-                timer.start()
-            try:
-                traj = gf.integrate(
-                    chain,
-                    params=p0,
-                    t1=args.t1,
-                    saveat=gf.SaveAt(ts),
-                    run=gf.Run(
-                        progress=True,
-                        checkpoint=None
-                        if args.checkpoint_dir is None
-                        else Path(args.checkpoint_dir) / f"{name}.ckpt",
-                    ),
-                    solver=gf.Solver(solver, max_steps=args.max_steps),
-                )
-            except gf.Interrupted as e:  # the wall-clock budget ran out
-                traj = e.result
-                record["interrupted_at_t"] = float(traj.ts[-1])
-            finally:
-                if timer is not None:
-                    timer.cancel()
-            record["flow_wall_s"] = time.perf_counter() - t
-            record["t_reached"] = float(traj.ts[-1])
-            record["flow_ok"] = bool(traj.ok)
-            record["flow_message"] = traj.message
-            record["flow_stats"] = {k: v for k, v in traj.stats.items()}
-            analysis, H, mass = analyse(traj, chain, args.min_fall)
-            record.update(analysis)
-            figure(
-                traj,
-                chain,
-                H,
-                mass,
-                analysis,
-                name,
-                f"{stream.source}, {level} level, d = {chain.d}"
-                + (", tail dropped" if args.tail == "drop" else "")
-                + f", width {args.width}: "
-                f"focus token {analysis['focus_token']!r} (rank {analysis['focus_rank']})",
-                folder=figures,
-            )
-            if run is not None:
-                cmp = gf.compare(
-                    traj,
-                    run,
-                    labels=("flow on the bigram chain", "SGD on real windows"),
-                )
-                record["compare"] = cmp.summary()
-                cmp.save_figure(
-                    figures / "real_text_sgd",
-                    title=f"{stream.source}, {level} level, d = {chain.d}, width {args.width}",
-                )
+            record, stream = encode(corpus, level, d, args)
+            if not args.no_flow:  # (with --no-flow: the chain only)
+                study(stream, record, level, args)
             print(json.dumps(record, default=str), flush=True)
             results["runs"].append(record)
             (out / "real_text.json").write_text(

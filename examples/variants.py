@@ -69,7 +69,7 @@ def plateau_growth_rate(traj) -> float:
 
 
 def summarise(traj, model, wall) -> dict:
-    chain = traj.chain
+    chain = traj.problem.chain
     pi = np.asarray(chain.pi)
     rank = {int(k): r for r, k in enumerate(np.argsort(-pi))}  # 0: most frequent
     stages = [field(s, "name") for s in traj.stages]
@@ -161,7 +161,7 @@ COLORS = [
 def overlay_figure(name, trajs):
     plt = plot.pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.2), layout="constrained")
-    chain = next(iter(trajs.values())).chain
+    chain = next(iter(trajs.values())).problem.chain
     floor = float(chain.conditional_entropy)
     top = int(np.argmax(np.asarray(chain.pi)))
     for (label, traj), color in zip(trajs.items(), COLORS):
@@ -212,7 +212,7 @@ def panels_figure(name, trajs):
     fig, axes = plt.subplots(
         2, (n + 1) // 2, figsize=(16, 6.5), sharex=True, constrained_layout=True
     )
-    chain = next(iter(trajs.values())).chain
+    chain = next(iter(trajs.values())).problem.chain
     levels = gf.markov.entropy_bounds(chain)
     for ax, (label, traj) in zip(axes.flat, trajs.items()):
         t = traj.ts[1:]

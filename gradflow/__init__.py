@@ -43,6 +43,8 @@ from ._flow.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
 from ._flow.solving import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
     SOLVERS as SOLVERS,
+    count_grad_evals as count_grad_evals,
+    count_hvps as count_hvps,
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
 )
@@ -133,6 +135,8 @@ __all__ = [
     "chains",
     "compare",
     "Comparison",
+    "count_grad_evals",
+    "count_hvps",
     "critical_points",
     "CriticalPoint",
     "default_save_times",

@@ -129,14 +129,21 @@ def default_tolerances(dtype, scale: float, solver=None) -> tuple[float, float]:
 def count_grad_evals(
     solver: dfx.AbstractSolver, stats: dict, solver_state: Any = None
 ) -> int | None:
-    """Gradient evaluations made by the solver.
+    """Gradient evaluations made by a solve: what `traj.stats.num_grad_evals`
+    reports, for a `diffrax.diffeqsolve` of your own too.
 
     A solver that counts its own evaluations exposes
     `solver.num_grad_evals(solver_state)` (the final solver state is saved for
     this). For an explicit Runge-Kutta method with `s` stages: `s` per
     attempted step (`s - 1` if first-same-as-last) plus one, the count that a
-    counter inside the vector field reports (checked in the tests). `None`
-    where the count is not known (Diffrax's implicit solvers).
+    counter inside the vector field reports (checked in the tests).
+
+    **Arguments:** `solver` (the Diffrax solver), `stats` (the solution's
+    `stats`: `num_steps` is read), `solver_state` (the final solver state,
+    `diffeqsolve(..., saveat=diffrax.SaveAt(..., solver_state=True))`).
+
+    **Returns:** the count, or `None` where it is not known (Diffrax's
+    implicit solvers).
     """
     if isinstance(solver, AbstractRosenbrockW):
         # Counted from the attempted steps, not from the solver state: Diffrax
@@ -158,7 +165,9 @@ def count_grad_evals(
 
 def count_hvps(solver: dfx.AbstractSolver, solver_state: Any = None) -> int | None:
     """Hessian-vector products (Jacobian-vector products of the gradient) made by
-    the solver, or `None` for solvers that make none or do not count them.
+    a solve (`traj.stats.num_hvps`), from the solver and its final state; `0`
+    for an explicit Runge-Kutta method, `None` for solvers that do not count
+    them.
 
     For [`gradflow.solvers.AbstractRosenbrockW`][] this is the work done in
     accepted steps; a Jacobian refresh made in a step that is then rejected is
