@@ -16,58 +16,60 @@ import types
 # (file stem, page title, one line about the page, the names on it)
 GROUPS: list[tuple[str, str, str, list[str]]] = [
     (
-        "chains",
-        "Markov chains",
-        "The data: a validated transition matrix and its stationary distribution.",
-        ["MarkovChain", "chains", "stationary_distribution", "entropy_bounds"],
-    ),
-    (
-        "model",
-        "Model and losses",
-        "The one-layer Transformer's parameters, the closed-form population loss "
-        "and the finite-context loss; both share one attention primitive.",
+        "problems",
+        "Problems",
+        "Any population loss as a problem, and its gradient flow: the protocol "
+        "a problem implements (abstract classes: override their abstract methods "
+        "only), `gf.flow`, the extension points and the built-in problems "
+        "(`gf.integrate` is `gf.flow` of the paper's model).",
         [
-            "Params",
-            "Model",
-            "VariantParams",
-            "init_params",
-            "population_loss",
-            "population_logits",
-            "finite_context_loss",
-            "finite_context_logits",
-            "attention",
-            "attention_summary",
+            "Problem",
+            "SampledProblem",
+            "ObservedProblem",
+            "BoundedProblem",
+            "StagedProblem",
+            "Analysis",
+            "flow",
+            "as_problem",
+            "loss_levels",
+            "generic_analysis",
+            "matrix_spectra",
+            "problems",
         ],
     ),
     (
+        "options",
+        "Options",
+        "The options every entry point shares, grouped into a few objects "
+        "(documented once): what is saved and watched, the solver, how the host "
+        "runs it, and SGD's own.",
+        ["SaveAt", "Solver", "Run", "SGD"],
+    ),
+    (
         "flow",
-        "The gradient flow",
-        "Integrating $\\dot\\theta = -\\nabla L(\\theta)$ and what it returns.",
+        "The gradient flow and its result",
+        "Integrating $\\dot\\theta = -\\nabla L(\\theta)$ and what it returns: the "
+        "trajectory, its result code, statistics and settings, and its file.",
         [
-            "integrate",
-            "integrate_stages",
             "Trajectory",
+            "RESULTS",
+            "FlowStats",
+            "FlowSettings",
             "load",
+            "Interrupted",
             "GradientFlow",
             "default_save_times",
             "default_tolerances",
             "DEFAULT_SOLVER",
             "SOLVERS",
             "solvers",
-            "Interrupted",
+            "count_grad_evals",
+            "count_hvps",
         ],
     ),
     (
-        "problems",
-        "Problems",
-        "Any population loss as a problem, and its gradient flow: the protocol "
-        "a problem implements, `gf.flow`, and the built-in problems "
-        "(`gf.integrate` is `gf.flow` of the paper's model).",
-        ["Problem", "flow", "problems"],
-    ),
-    (
         "stages",
-        "Stages, events and diagnostics",
+        "Stages and events",
         "Saddles located during the solve, the stages found on the saved "
         "observables after it, and the records of both.",
         [
@@ -78,27 +80,57 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
             "Stage",
             "STAGE_KINDS",
             "StageThresholds",
-            "detect_stages",
-            "observe",
-            "observe_params",
             "stage_events",
-            "stages_from_params",
-            "diagnostics",
-            "diagnostic_rates",
-            "attention_entropy",
+            "stage_table",
         ],
     ),
     (
         "sweeps",
         "Sweeps",
         "Many flows in one batched, sharded solve.",
-        ["sweep", "Sweep", "Member", "load_sweep"],
+        ["sweep", "Sweep", "Member", "SweepStats", "SweepSettings", "load_sweep"],
     ),
     (
         "sgd",
         "SGD next to the flow",
         "Finite-sample SGD logged on the flow's time axis, and the comparison.",
-        ["train_sgd", "SGDRun", "load_sgd", "compare", "Comparison"],
+        [
+            "train_sgd",
+            "SGDRun",
+            "SGDStats",
+            "SGDSettings",
+            "load_sgd",
+            "compare",
+            "Comparison",
+        ],
+    ),
+    (
+        "theory",
+        "Theory",
+        "Critical points, unstable modes and the theory's predictions.",
+        ["linearize", "critical_points", "CriticalPoint", "Linearization"]
+        + ["theory_report", "theory"],
+    ),
+    (
+        "model",
+        "The paper's model",
+        "A one-layer Transformer on a Markov chain (the package `gradflow.markov`, "
+        "built on the core like a user's problem): chains, parameters, the "
+        "closed-form population loss and the finite-context loss (both share one "
+        "attention primitive), `integrate`, the Markov stages and observables.",
+        [
+            "integrate",
+            "MarkovChain",
+            "chains",
+            "Params",
+            "Model",
+            "VariantParams",
+            "init_params",
+            "population_loss",
+            "finite_context_loss",
+            "attention",
+            "markov",
+        ],
     ),
     (
         "text",
@@ -107,11 +139,10 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
         ["text"],
     ),
     (
-        "theory",
-        "Theory",
-        "Critical points, unstable modes and the theory's predictions.",
-        ["linearize", "critical_points", "CriticalPoint", "Linearization"]
-        + ["theory_report", "theory"],
+        "files",
+        "Files and pages",
+        "Writing results into a page of your own.",
+        ["replace_between_markers"],
     ),
 ]
 

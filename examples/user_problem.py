@@ -5,8 +5,13 @@
 From a small start the flow learns the singular values of `M` one at a time,
 largest first (Saxe et al. 2014): the loss sits on plateaus at
 1/2 sum_{k > j} s_k^2 and drops between them. The class below is all that
-gradflow needs; `gf.flow`, `gf.sweep`, `gf.linearize` and `gf.train_sgd`
-then work on it as on the paper's model.
+gradflow needs (a `gf.SampledProblem`: `loss` and `init`, and `sample` and
+`sample_loss` for SGD); `gf.flow`, `gf.sweep`, `gf.linearize` and
+`gf.train_sgd` then work on it as on the paper's model.
+
+A problem needs no more than `loss` and `init` (a `gf.Problem`): `Product`
+below, L(a, b) = 1/2 (a . b - c)^2, runs through `gf.flow`, `gf.sweep` and
+`gf.linearize` too (SGD is what it cannot do: it draws no examples).
 
     python examples/user_problem.py
 """
@@ -20,7 +25,7 @@ import gradflow as gf
 
 
 # --8<-- [start:problem]
-class Factorisation(gf.Problem):
+class Factorisation(gf.SampledProblem):
     """1/2 |U V^T - M|^2 over U (n, rank) and V (m, rank)."""
 
     M: jax.Array
@@ -45,6 +50,27 @@ class Factorisation(gf.Problem):
 
 
 # --8<-- [end:problem]
+
+
+# --8<-- [start:minimal]
+class Product(gf.Problem):
+    """1/2 (a . b - c)^2 over two vectors a, b: one plateau at 1/2 c^2 and one
+    drop to 0; at the origin the rates are +-c."""
+
+    c: jax.Array
+    size: int = eqx.field(static=True, default=2)
+
+    def loss(self, params):
+        a, b = params
+        return 0.5 * (a @ b - self.c) ** 2
+
+    def init(self, key, init_scale):
+        ka, kb = jax.random.split(key)
+        a = init_scale * jax.random.normal(ka, (self.size,), self.c.dtype)
+        return a, init_scale * jax.random.normal(kb, (self.size,), self.c.dtype)
+
+
+# --8<-- [end:minimal]
 
 
 def target(singular_values, n: int = 4, seed: int = 0) -> jax.Array:
@@ -85,6 +111,22 @@ def main() -> None:
         run=gf.Run(progress=False),
     )
     print(run)
+    minimal()
+
+
+def minimal() -> None:
+    """`Product` (loss and init only) through flow, sweep and linearize."""
+    quiet = gf.Run(progress=False)
+    problem = Product(jnp.asarray(2.0))
+    traj = gf.flow(problem, init_scale=1e-3, t1=20.0, run=quiet)
+    print(traj, [(s.name, round(s.loss_start, 5)) for s in traj.stages])
+    sw = gf.sweep(
+        [problem, Product(jnp.asarray(3.0))], init_scale=1e-3, t1=20.0, run=quiet
+    )
+    print(sw, [float(x) for x in sw.loss[:, -1]])
+    origin = jax.tree.map(jnp.zeros_like, traj.at(0))
+    lin = gf.linearize(problem, origin)
+    print(f"unstable rate at the origin: {lin.unstable_rate:.6g} (c = 2)")
 
 
 if __name__ == "__main__":

@@ -347,7 +347,7 @@ def monte_carlo(out: dict) -> list[dict]:
             row(
                 f"loss vs Monte Carlo: {name}",
                 "closed form",
-                "SPEC section 11",
+                "the definition above",
                 exact,
                 float(per.mean()),
                 f"{n:,} samples: {abs(per.mean() - exact) / se:.2f} standard errors",

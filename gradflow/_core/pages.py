@@ -39,7 +39,7 @@ def replace_between_markers(
 
     ```python
     table = "| d | s |\n| --- | --- |\n| 4 | 1.2 |"
-    gf.replace_between_markers("docs/notes.md", "<!-- t -->", "<!-- /t -->", table)
+    gf.replace_between_markers("notes.md", "<!-- t -->", "<!-- /t -->", table)
     ```
     """
     path = Path(path)
