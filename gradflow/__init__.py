@@ -41,6 +41,7 @@ from ._event.events import (  # noqa: E402
 from ._flow.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
 from ._flow.solving import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
+    DEFAULT_T1 as DEFAULT_T1,
     SOLVERS as SOLVERS,
     default_save_times as default_save_times,
     default_tolerances as default_tolerances,
@@ -136,6 +137,7 @@ __all__ = [
     "CriticalPoint",
     "default_save_times",
     "DEFAULT_SOLVER",
+    "DEFAULT_T1",
     "default_tolerances",
     "Event",
     "EventRecord",
