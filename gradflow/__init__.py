@@ -42,6 +42,7 @@ from ._event.events import (  # noqa: E402
 from ._flow.flow import GradientFlow as GradientFlow, flow as flow  # noqa: E402
 from ._flow.solving import (  # noqa: E402
     DEFAULT_SOLVER as DEFAULT_SOLVER,
+    DEFAULT_T1 as DEFAULT_T1,
     SOLVERS as SOLVERS,
     count_grad_evals as count_grad_evals,
     count_hvps as count_hvps,
@@ -141,6 +142,7 @@ __all__ = [
     "CriticalPoint",
     "default_save_times",
     "DEFAULT_SOLVER",
+    "DEFAULT_T1",
     "default_tolerances",
     "Event",
     "EventRecord",

@@ -38,7 +38,12 @@ import numpy as np
 import optax
 
 from ._core.records import BUILTIN_EVENTS, SADDLE_EVENTS
-from ._core.validate import check_dtype, check_integer, check_positive_finite
+from ._core.validate import (
+    as_float_array,
+    check_dtype,
+    check_integer,
+    check_positive_finite,
+)
 from ._event.events import Event
 from ._flow.solving import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -130,12 +135,7 @@ class SaveAt(eqx.Module):
         callbacks: Sequence[Callable] | Callable = (),
     ):
         if ts is not None:
-            try:
-                ts = np.asarray(ts, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"ts must be an increasing array of times, got {type(ts).__name__}"
-                ) from None
+            ts = as_float_array("ts", ts, "an increasing array of times")
         self.ts = ts
         self.stages = _flag("stages", stages)
         if thresholds is None:

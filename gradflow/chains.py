@@ -1,16 +1,6 @@
-r"""Families of Markov chains used in the study and the tests.
-
-Every function returns a validated [`gradflow.MarkovChain`][].
-
-- [`sticky`][gradflow.chains.sticky]: one frequent token, `d - 1` rare ones
-  with a small asymmetry `delta`, and a probability `rho` of repeating the
-  current token (the paper"s scenario).
-- [`zipf`][gradflow.chains.zipf]: a Zipf-distributed vocabulary.
-- [`random`][gradflow.chains.random]: random rows (Dirichlet) around a Zipf
-  profile: a chain with genuine bigram structure.
-- [`gaussian_logits`][gradflow.chains.gaussian_logits]: every row a softmax
-  of Gaussian logits: dense bigram structure, no zero entries.
-"""
+"""Families of Markov chains (`gradflow.markov.chains`, the paper's model),
+at their public path `gradflow.chains`: `sticky`, `zipf`, `random`,
+`gaussian_logits`, `from_pi`, `from_text`."""
 
 from .markov.chains import (
     from_pi as from_pi,

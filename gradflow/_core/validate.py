@@ -100,15 +100,19 @@ def check_finite_entries(name: str, value) -> np.ndarray:
     return value
 
 
+def as_float_array(name: str, value, what: str) -> np.ndarray:
+    """`value` as a float64 NumPy array, or a one-line `TypeError`: `{name}
+    must be {what}, got ...` (a string, a ragged list, objects)."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be {what}, got {show(value)}") from None
+
+
 def check_save_times(ts, t1: float, slack: float = 0.0) -> np.ndarray:
     """Save times: a finite, strictly increasing 1-D array in `[0, t1]` (up to
     a relative `slack` at `t1`)."""
-    try:
-        ts = np.asarray(ts, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"ts must be an increasing array of times, got {show(ts)}"
-        ) from None
+    ts = as_float_array("ts", ts, "an increasing array of times")
     if ts.ndim != 1 or ts.size == 0:
         raise ValueError(
             f"ts must be a non-empty 1-D array of times, got shape {ts.shape}"
@@ -140,7 +144,42 @@ def check_dtype(dtype):
     return jnp.float64 if name == "float64" else jnp.float32
 
 
+def check_matrix(name: str, value) -> np.ndarray:
+    """`value` as a finite, non-empty 2-D float64 NumPy array, or a one-line
+    error."""
+    out = as_float_array(name, value, "a matrix of numbers")
+    if out.ndim != 2 or 0 in out.shape:
+        raise ValueError(f"{name} must be a non-empty matrix, got shape {out.shape}")
+    return check_finite_entries(name, out)
+
+
+def check_covariance(name: str, value) -> np.ndarray:
+    """A symmetric positive-definite matrix (symmetrised), or a one-line error
+    naming the first asymmetric pair or the smallest eigenvalue."""
+    S = check_matrix(name, value)
+    if S.shape[0] != S.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {S.shape}")
+    gap = np.abs(S - S.T)
+    # symmetric up to rounding: a covariance estimated in floating point
+    if gap.max() > 1e-10 * max(np.abs(S).max(), 1e-300):
+        i, j = (int(k) for k in np.unravel_index(np.argmax(gap), S.shape))
+        raise ValueError(
+            f"{name} must be symmetric, but {name}[{i}, {j}] = {S[i, j]:.6g} and "
+            f"{name}[{j}, {i}] = {S[j, i]:.6g}"
+        )
+    S = 0.5 * (S + S.T)
+    low = float(np.linalg.eigvalsh(S)[0])
+    if not low > 1e-12 * float(np.abs(S).max()):
+        raise ValueError(
+            f"{name} must be positive definite, got smallest eigenvalue {low:.6g}"
+        )
+    return S
+
+
 __all__ = [
+    "as_float_array",
+    "check_covariance",
+    "check_matrix",
     "check_dtype",
     "check_finite_entries",
     "check_init_scale",

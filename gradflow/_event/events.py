@@ -2,12 +2,13 @@ r"""User events, and a general ODE solve that records events without stopping.
 
 [`gradflow.Event`][] names a scalar condition of the state; [`solve_with_events`][]
 solves any $\dot y = f(t, y, \text{args})$ with the loop of
-[`gradflow.integrate`][] (`_loop.py`): the conditions' zero crossings are
-located by bisection on the solver's dense output inside the compiled solve
-(`_watch.py`), and the solve never stops or restarts for them.
+[`gradflow.flow`][] (`gradflow/_loop/loop.py`): the conditions' zero
+crossings are located by bisection on the solver's dense output inside the
+compiled solve (`gradflow/_event/watch.py`), and the solve never stops or
+restarts for them.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 import diffrax as dfx
@@ -18,23 +19,27 @@ import numpy as np
 from jaxtyping import PyTree
 
 from .._core.records import EventRecord
-from .._core.validate import check_integer
+from .._core.validate import check_save_times
+from .._flow.solving import resolve_solver, result_code
 from .._loop.driver import drive
 from .._loop.loop import CHUNK_STEPS, LoopJob, Spec, init_state, make_controller
+from .._result.codes import RESULTS, is_successful
 from .watch import Watch, direction_code
 
 
 class Event(eqx.Module):
     r"""A user event: a named scalar condition of the state.
 
-    The event fires when `cond_fn(t, params, chain)` crosses zero: upward if
-    `direction=True`, downward if `False`, either way if `None`. Its time is
-    located by bisection on the solver's dense output, and the solve continues.
+    The event fires when `cond_fn(t, params, problem)` crosses zero: upward
+    if `direction=True`, downward if `False`, either way if `None`. Its time
+    is located by bisection on the solver's dense output, and the solve
+    continues. Pass events in a [`gradflow.SaveAt`][].
 
     **Arguments:**
 
     - `name`: a label for the event record.
-    - `cond_fn`: a JAX function `(t, params, chain) -> scalar`.
+    - `cond_fn`: a JAX function `(t, params, problem) -> scalar` (for
+      [`gradflow.solve_with_events`][], `(t, y, args) -> scalar`).
     - `direction`: `True`, `False` or `None` (see above).
 
     **Example:**
@@ -42,9 +47,9 @@ class Event(eqx.Module):
     ```python
     # When the loss falls through the unigram level H(pi) + 0.01.
     level = float(chain.unigram_entropy) + 0.01
-    ev = gf.Event("below_unigram", lambda t, p, c: level - gf.population_loss(p, c),
-                  direction=True)
-    traj = gf.integrate(chain, 1e-3, events=[ev])
+    ev = gf.Event("below_unigram",
+                  lambda t, p, problem: level - problem.loss(p), direction=True)
+    traj = gf.integrate(chain, 1e-3, saveat=gf.SaveAt(events=[ev]))
     ```
     """
 
@@ -78,8 +83,8 @@ class SegmentedSolution(eqx.Module):
     - `t_final`, `y_final`: the last time reached and the state there;
     - `events`: the [`gradflow.EventRecord`][]s in time order (`loss` is NaN:
       a general ODE has none);
-    - `result`: Diffrax's result; `ok`: whether `t1` was reached;
-      `interrupted`: whether Ctrl-C stopped it; step counts.
+    - `result`: a [`gradflow.RESULTS`][] code; `ok` (whether `t1` was
+      reached) derives from it; step counts and the wall time.
     """
 
     ts: np.ndarray
@@ -88,19 +93,23 @@ class SegmentedSolution(eqx.Module):
     y_final: Any
     events: list
     result: Any
-    ok: bool
     num_steps: int
     num_accepted_steps: int
     num_rejected_steps: int
     wall_time: float
-    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return is_successful(self.result)
 
 
-class _Condition(eqx.Module):
-    fn: Callable = eqx.field(static=True)
+class _Conditions(eqx.Module):
+    """The events' conditions as one vector (what the in-solve watch reads)."""
+
+    fns: tuple[Callable, ...] = eqx.field(static=True)
 
     def __call__(self, t, y, args):
-        return jnp.atleast_1d(self.fn(t, y, args))
+        return jnp.stack([jnp.asarray(fn(t, y, args)).reshape(()) for fn in self.fns])
 
 
 def solve_with_events(
@@ -110,35 +119,28 @@ def solve_with_events(
     *,
     t0: float,
     t1: float,
-    ts: np.ndarray,
     save_fn: Callable,
-    condition: Callable | None = None,
-    directions: Sequence[bool | None] = (),
-    names: Sequence[str] | None = None,
-    active: Sequence[bool] | None = None,
-    on_event: Callable | None = None,
-    solver: dfx.AbstractSolver | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    max_steps: int = 1_000_000,
-    chunk_steps: int | None = None,
+    saveat: Any,
+    solver: Any = None,
+    run: Any = None,
 ) -> SegmentedSolution:
     r"""Solves $\dot y = f(t, y, \text{args})$ from `t0` to `t1`, recording every
-    zero crossing of the conditions without stopping.
+    zero crossing of the events' conditions without stopping (the loop of
+    [`gradflow.flow`][], for any ODE).
 
     **Arguments:**
 
     - `vector_field`: `f(t, y, args)`; `y0`, `args`: initial state and data.
-    - `t0`, `t1`: the interval; `ts`: increasing save times in `[t0, t1]`,
-      where `save_fn(t, y, args)` is saved.
-    - `condition`: `c(t, y, args)` returning `K` values (or a scalar);
-      `directions`: per condition, the crossing it fires on (`True` upward,
-      `False` downward, `None` either way); `names`: their labels (default
-      `"event_0"`, ...); `active`: which are switched on (default all).
-    - `on_event(record, t, y, args)`: called on the host for each event, in
-      time order, between chunks of steps (the solve does not wait for it).
-    - `solver` (default Tsit5), `rtol`, `atol`, `max_steps`: as in Diffrax.
-    - `chunk_steps`: steps per compiled call (default 1000).
+    - `t0`, `t1`: the interval.
+    - `save_fn`: `save_fn(t, y, args)`, saved at the save times.
+    - `saveat`: a [`gradflow.SaveAt`][] with the save times `ts` (required,
+      increasing, in `[t0, t1]`), the [`gradflow.Event`][]s (each
+      `cond_fn(t, y, args)` a scalar) and `callbacks` (`fn(record, t, y)`,
+      called on the host for each event, in time order, between chunks of
+      steps). Stages do not apply to a general ODE.
+    - `solver`: a [`gradflow.Solver`][] or a solver's name (default Tsit5 with
+      `rtol = 1e-8`, `atol = 1e-10`, as Diffrax's defaults for an accurate
+      solve); `run`: a [`gradflow.Run`][] (`chunk_steps`).
 
     **Returns:** a [`gradflow.SegmentedSolution`][].
 
@@ -148,42 +150,40 @@ def solve_with_events(
     ```python
     sol = gf.solve_with_events(
         lambda t, y, a: jnp.stack([y[1], -y[0]]), jnp.array([1.0, 0.0]), None,
-        t0=0.0, t1=10.0, ts=np.linspace(0, 10, 11), save_fn=lambda t, y, a: y[0],
-        condition=lambda t, y, a: y[0], directions=[None])
+        t0=0.0, t1=10.0, save_fn=lambda t, y, a: y[0],
+        saveat=gf.SaveAt(np.linspace(0, 10, 11),
+                         events=[gf.Event("x", lambda t, y, a: y[0])]))
     [e.t for e in sol.events]  # [1.5707963..., 4.712388..., 7.853981...]
     ```
     """
-    n = len(directions)
-    for d in directions:
-        if d not in (None, True, False):
-            raise ValueError(f"each direction must be True, False or None, got {d!r}")
-    names = tuple(names) if names is not None else tuple(f"event_{i}" for i in range(n))
-    if len(names) != n:
-        raise ValueError(f"got {n} directions but {len(names)} names")
-    mask = (True,) * n if active is None else tuple(bool(a) for a in active)
-    if len(mask) != n:
-        raise ValueError(
-            f"active must have one entry per condition ({n}), got {len(mask)}"
+    from .._options import as_run, as_saveat, as_solver
+
+    quiet = run is None  # a general solve shows no progress bar unless asked
+    saveat, options, run = as_saveat(saveat), as_solver(solver), as_run(run)
+    if saveat.ts is None:
+        raise ValueError("saveat must give the save times: gf.SaveAt(ts=...)")
+    ts = check_save_times(np.asarray(saveat.ts) - t0, t1 - t0) + t0
+    events = saveat.events
+    chunk_steps = CHUNK_STEPS if run.chunk_steps is None else run.chunk_steps
+    inner = dfx.Tsit5() if options.method is None else resolve_solver(options.method)[0]
+    watched = inner
+    if events:
+        watched = Watch(
+            cast(dfx.AbstractAdaptiveSolver, inner),
+            _Conditions(tuple(e.cond_fn for e in events)),
+            directions=tuple(direction_code(e.direction) for e in events),
+            rearm_by=(-1,) * len(events),
+            armed0=(True,) * len(events),
         )
-    chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
-    chunk_steps = check_integer("chunk_steps", chunk_steps, 1, echo_name=False)
-    solver = dfx.Tsit5() if solver is None else solver
-    if n:
-        solver = Watch(
-            cast(dfx.AbstractAdaptiveSolver, solver),
-            _Condition(cast(Callable, condition)),
-            directions=tuple(direction_code(d) for d in directions),
-            rearm_by=(-1,) * n,
-            armed0=mask,
-        )
+    rtol = 1e-8 if options.rtol is None else options.rtol
+    atol = 1e-10 if options.atol is None else options.atol
     spec = Spec(
         vector_field=vector_field,
-        solver=solver,
+        solver=watched,
         controller=make_controller(rtol, atol),
         save_fn=save_fn,
-        chunk_steps=int(min(chunk_steps, max_steps)),
+        chunk_steps=int(min(chunk_steps, options.max_steps)),
     )
-    ts = np.asarray(ts, dtype=np.float64)
     dtype = jax.tree.leaves(y0)[0].dtype
     state = init_state(
         spec,
@@ -195,35 +195,39 @@ def solve_with_events(
     )
 
     def forward(record, crossing):
-        if on_event is not None:
-            on_event(record, crossing.t, crossing.y, args)
+        for fn in saveat.callbacks:
+            fn(record, crossing.t, crossing.y)
 
+    names = [e.name for e in events]
     job = LoopJob(
         spec,
         args,
         jnp.asarray(ts, dtype),
         jnp.asarray(t1, dtype),
-        max_steps=max_steps,
+        max_steps=options.max_steps,
         record=lambda c: EventRecord(name=names[c.index], t=c.t, loss=float("nan")),
         on_event=forward,
     )
-    driven = drive(job, state, total=float(t1), progress=False)
+    driven = drive(job, state, total=float(t1), progress=run.progress and not quiet)
     state = driven.state
     filled = np.asarray(state.filled)
-    ok = bool(state.result == dfx.RESULTS.successful) and not job.out_of_steps
+    if driven.interrupted:
+        code = RESULTS.interrupted
+    elif job.out_of_steps:
+        code = RESULTS.max_steps_reached
+    else:
+        code = result_code(state.solver_result)
     return SegmentedSolution(
         ts=ts[filled],
         saved=jax.tree.map(lambda x: np.asarray(x)[filled], state.saved),
         t_final=float(state.t),
         y_final=state.y,
         events=job.records,
-        result=dfx.RESULTS.max_steps_reached if job.out_of_steps else state.result,
-        ok=ok,
+        result=code,
         num_steps=int(state.num_steps),
         num_accepted_steps=int(state.num_accepted_steps),
         num_rejected_steps=int(state.num_rejected_steps),
         wall_time=driven.wall_time,
-        interrupted=driven.interrupted,
     )
 
 

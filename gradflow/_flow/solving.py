@@ -14,6 +14,7 @@ from ..solvers import ROS2, ROS34PW2, AbstractRosenbrockW
 
 
 DEFAULT_T1 = 20_000.0
+"""The final time of a flow when `t1` is not given."""
 # 0 and 797 log-spaced times: stage detection needs this density (the 400
 # saves of gradflow 0.1.0 are every other one of them; docs/stages.md)
 DEFAULT_NUM_SAVES = 798

@@ -10,24 +10,17 @@ from .._core.records import Record
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowSettings(Record):
-    """How a flow was solved: enough, with its problem, to run it again.
-
-    **Fields:** `init_scale` (`None` for a given start), `seed`, `t1`,
-    `solver` (its name), `rtol`, `atol`, `max_steps`, `dtype`, `num_saves`;
-    `solver_options` (the fields of a solver instance that differ from its
-    class's defaults, e.g. `{"jacobian_tol": 5.0}`, or `None`); `stages`
-    (whether stages were detected), `thresholds` (the
+class SolveSettings(Record):
+    """The settings every solve of the flow records (a flow's, and those a
+    sweep's members share): `t1`, `solver` (its name), `max_steps`, `dtype`,
+    `num_saves`; `solver_options` (the fields of a solver instance that
+    differ from its class's defaults, e.g. `{"jacobian_tol": 5.0}`, or
+    `None`); `stages` (whether stages were detected), `thresholds` (the
     [`gradflow.StageThresholds`][] as a dict, with stages) and `events` (the
-    user events' names).
-    """
+    user events' names)."""
 
-    init_scale: float | None = None
-    seed: int = 0
     t1: float = 0.0
     solver: str = ""
-    rtol: float = 0.0
-    atol: float = 0.0
     max_steps: int = 0
     dtype: str = "float64"
     num_saves: int = 0
@@ -37,8 +30,25 @@ class FlowSettings(Record):
     events: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if self.events is not None:
-            object.__setattr__(self, "events", tuple(self.events))
+        # (tuples read back from JSON as lists)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list) and f.name != "labels":
+                object.__setattr__(self, f.name, tuple(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowSettings(SolveSettings):
+    """How a flow was solved: enough, with its problem, to run it again: the
+    fields of every solve (`t1`, `solver`, `max_steps`, `dtype`, `num_saves`,
+    `solver_options`, `stages`, `thresholds`, `events`) and its start and
+    tolerances: `init_scale` (`None` for a given start), `seed`, `rtol`,
+    `atol`."""
+
+    init_scale: float | None = None
+    seed: int = 0
+    rtol: float = 0.0
+    atol: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,4 +74,4 @@ class FlowStats(Record):
     wall_time: float = 0.0
 
 
-__all__ = ["FlowSettings", "FlowStats"]
+__all__ = ["FlowSettings", "FlowStats", "SolveSettings"]

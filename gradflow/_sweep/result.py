@@ -26,6 +26,7 @@ from .._result.files import (
     result_parts,
     write_file,
 )
+from .._result.info import SolveSettings
 from .._result.trajectory import Trajectory
 
 
@@ -84,7 +85,7 @@ class Member(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepSettings(Record):
+class SweepSettings(SolveSettings):
     """The settings of a sweep: those its members share (`t1`, `solver`,
     `max_steps`, `dtype`, `num_saves`, `solver_options`, `stages`,
     `thresholds`, `events`, as in [`gradflow.FlowSettings`][]), its size
@@ -92,15 +93,6 @@ class SweepSettings(Record):
     (`init_scale` per member and the `seeds`, `None` for given starts; `rtol`
     and `atol` per member) and the `labels` of the problem axis."""
 
-    t1: float = 0.0
-    solver: str = ""
-    max_steps: int = 0
-    dtype: str = "float64"
-    num_saves: int = 0
-    solver_options: dict[str, Any] | None = None
-    stages: bool = True
-    thresholds: dict[str, Any] | None = None
-    events: tuple[str, ...] | None = None
     num_members: int = 0
     num_problems: int = 0
     init_scale: tuple[float, ...] | None = None
@@ -108,12 +100,6 @@ class SweepSettings(Record):
     rtol: tuple[float, ...] = ()
     atol: tuple[float, ...] = ()
     labels: dict[str, list] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        for name in ("events", "init_scale", "seeds", "rtol", "atol"):
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
 
 
 @dataclasses.dataclass(frozen=True)

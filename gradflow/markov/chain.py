@@ -10,6 +10,7 @@ from jax.scipy.special import xlogy
 
 from .._core.custom_types import ArrayLikeMatrix, Scalar
 from .._core.errors import is_number, show
+from .._core.validate import as_float_array
 from .custom_types import Distribution, Transition
 
 
@@ -203,12 +204,7 @@ def stationary_distribution(P: np.ndarray) -> np.ndarray:
 
 
 def _check_known_pi(pi: ArrayLikeMatrix, P: np.ndarray) -> np.ndarray:
-    try:
-        pi = np.asarray(pi, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"pi must be an array of {P.shape[0]} probabilities, got {show(pi)}"
-        ) from None
+    pi = as_float_array("pi", pi, f"an array of {P.shape[0]} probabilities")
     if pi.shape != (P.shape[0],):
         raise ValueError(f"pi must have shape ({P.shape[0]},), got {pi.shape}")
     if not (np.all(np.isfinite(pi)) and np.all(pi > 0)):

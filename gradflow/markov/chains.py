@@ -15,7 +15,12 @@ Every function returns a validated [`gradflow.MarkovChain`][].
 import numpy as np
 
 from .._core.errors import show
-from .._core.validate import check_integer, check_number, check_seed
+from .._core.validate import (
+    as_float_array,
+    check_integer,
+    check_number,
+    check_seed,
+)
 from .chain import MarkovChain
 
 
@@ -214,12 +219,7 @@ def from_pi(pi, lam: float = 0.5) -> MarkovChain:
         raise TypeError(
             f"pi must be a 1-D sequence of probabilities, got pi = {show(pi)}"
         )
-    try:
-        array = np.asarray(pi, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"pi must be a 1-D sequence of probabilities, got pi = {show(pi)}"
-        ) from None
+    array = as_float_array("pi", pi, "a 1-D sequence of probabilities")
     if array.ndim != 1 or array.size < 2:
         raise ValueError(
             f"pi must be 1-D with at least 2 entries, got shape {array.shape}"

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .._flow.flow import flow
 from .._flow.solving import DEFAULT_T1
-from .._options import Run, SaveAt, Solver, as_solver
+from .._options import Run, SaveAt, Solver
 from .._result.trajectory import Trajectory
 from .chain import MarkovChain
 from .model import AnyParams
@@ -87,7 +87,8 @@ def integrate(
     problem = markov_problem(chain, width=width, model=model, params=params)
     if params is not None:
         # the paper's own checks of a given point (messages that name W0, ...)
-        dtype = jnp.float32 if as_solver(solver).dtype == "float32" else jnp.float64
+        options = solver if isinstance(solver, Solver) else Solver(solver)
+        dtype = jnp.float32 if options.dtype == "float32" else jnp.float64
         check_start(problem, params, dtype)
     return flow(
         problem,

@@ -13,7 +13,6 @@ $\pi$-weighted softmax over the vocabulary. The functions here take either
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +28,7 @@ from .chain import MarkovChain
 from .custom_types import Attention
 from .variants import (
     PARAM_NAMES,
+    AbstractParams,
     Model,
     VariantParams,
     as_model,
@@ -38,7 +38,7 @@ from .variants import (
 )
 
 
-class Params(eqx.Module):
+class Params(AbstractParams):
     r"""Parameters $\theta = (W_0, W_1, W_Q, W_K)$ of the one-layer model.
 
     | field | shape | role |
@@ -79,16 +79,6 @@ class Params(eqx.Module):
                     f"Params.{name} has shape {shapes[name]} but W0 has shape "
                     f"{shapes['W0']} (m = {m}, d = {d}), so {name} must end in {want}"
                 )
-
-    @property
-    def d(self) -> int:
-        """Vocabulary size."""
-        return self.W0.shape[-1]
-
-    @property
-    def m(self) -> int:
-        """Width (embedding dimension)."""
-        return self.W0.shape[-2]
 
     @property
     def num_parameters(self) -> int:
@@ -171,18 +161,6 @@ def model_of(params: AnyParams) -> Model:
     return _variant(params).model
 
 
-def initial_scale(params: AnyParams) -> float:
-    """The RMS size of a starting point's small entries: every parameter except a
-    normalisation `gain` (which starts at 1). Ties the default `atol` to the
-    size that saddle escapes grow from."""
-    leaves = [
-        np.ravel(np.asarray(value))
-        for name, value in param_arrays(params).items()
-        if name != "gain"
-    ]
-    return float(np.sqrt(np.mean(np.concatenate(leaves) ** 2)))
-
-
 def param_arrays(params: AnyParams) -> dict[str, Any]:
     """`{name: array}` of the parameters that are present (for saving)."""
     return {
@@ -223,20 +201,6 @@ def check_point(params, chain: MarkovChain, dtype=jnp.float64) -> AnyParams:
     for name, value in param_arrays(params).items():
         check_finite_entries(f"params.{name}", value)
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=dtype), params)
-
-
-def params_from_arrays(arrays, model=None, prefix: str = "") -> AnyParams:
-    """Rebuilds the parameters saved by [`param_arrays`][] (keys `prefix + name`)
-    for `model` (a [`gradflow.Model`][], its `as_dict()`, or `None`: minimal)."""
-    model = as_model(model)
-    if model.minimal:
-        return Params(*(arrays[prefix + n] for n in ("W0", "W1", "WQ", "WK")))
-    return VariantParams(
-        **{
-            n: arrays[prefix + n] if prefix + n in arrays else None for n in PARAM_NAMES
-        },
-        model=model,
-    )
 
 
 def _variant(params) -> VariantParams:

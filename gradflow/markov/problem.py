@@ -211,9 +211,10 @@ def markov_problem(
     )
 
 
-@as_problem.register
+@as_problem.register(MarkovChain)
+@as_problem.register(TokenStream)
 def _(
-    obj: MarkovChain,
+    obj,
     *,
     params=None,
     width: int = 16,
@@ -221,44 +222,25 @@ def _(
     save_attention: bool | None = None,
     context: int = 256,
 ) -> MarkovAttention:
-    """A chain: the paper's model on it (its width and model read from given
-    `params`)."""
+    """A chain: the paper's model on it; a text: the same model on its bigram
+    chain, sampling windows of the text (for SGD). Its width and model are
+    read from given `params`."""
+    text = obj if isinstance(obj, TokenStream) else None
+    if text is not None:
+        context = check_integer("context", context, 1)
+        if len(text) < context + 2:
+            raise ValueError(
+                f"the corpus has {len(text)} tokens, too few for windows of "
+                f"context + 1 = {context + 1} tokens (need at least {context + 2})"
+            )
     return markov_problem(
-        obj,
+        obj if text is None else text.chain,
         width=width,
         model=model,
         params=params,
         save_attention=save_attention,
         context=context,
-    )
-
-
-@as_problem.register
-def _(
-    obj: TokenStream,
-    *,
-    params=None,
-    width: int = 16,
-    model: Model | None = None,
-    save_attention: bool | None = None,
-    context: int = 256,
-) -> MarkovAttention:
-    """A text: the paper's model on its bigram chain, sampling windows of the
-    text (for SGD)."""
-    context = check_integer("context", context, 1)
-    if len(obj) < context + 2:
-        raise ValueError(
-            f"the corpus has {len(obj)} tokens, too few for windows of context + 1 "
-            f"= {context + 1} tokens (need at least {context + 2})"
-        )
-    return markov_problem(
-        obj.chain,
-        width=width,
-        model=model,
-        params=params,
-        save_attention=save_attention,
-        context=context,
-        text=obj,
+        text=text,
     )
 
 
@@ -308,14 +290,13 @@ register_legacy_problem("format-1", _legacy)
 def observe_params(
     ts, params: AnyParams, chain: MarkovChain, *, batch: int = 512
 ) -> dict[str, np.ndarray]:
-    r"""[`gradflow.observe`][] at every saved point: `params` with a leading
-    time axis of length `len(ts)` (a trajectory's `traj.params`, an SGD run's).
+    r"""[`gradflow.markov.observe`][] at every saved point: `params` with a
+    leading time axis of length `len(ts)` (a trajectory's `traj.params`, an
+    SGD run's).
 
-    Evaluated in batches of at most `batch` saves and at most
-    `OBSERVE_BATCH_ENTRIES / d**2` (so memory stays bounded at large `d`; the
-    last batch padded, so one compilation serves every length above the
-    batch, and one each bucket of `save_buffer_size` below). **Returns:** a
-    dict of NumPy arrays with a leading time axis.
+    Evaluated in batches as [`gradflow.problems.observe_saves`][] does (at
+    most `batch` saves, and `2**24 / d**2` at large `d`, so memory stays
+    bounded). **Returns:** a dict of NumPy arrays with a leading time axis.
     """
     ts = np.asarray(ts, dtype=np.float64)
     if ts.ndim != 1 or ts.shape[0] != np.shape(params.W0)[0]:

@@ -71,12 +71,6 @@ def observe(t, params: AnyParams, chain: MarkovChain) -> dict[str, Array]:
     return out
 
 
-# A batch of `observe_params` holds at most this many entries per (d, d)
-# intermediate (2**24 float64 entries: 128 MiB): 512 points up to d = 181, 64
-# at d = 512, 16 at d = 1024.
-OBSERVE_BATCH_ENTRIES = 2**24
-
-
 # -- detection on saved curves ------------------------------------------------
 
 
@@ -483,7 +477,6 @@ def stages_from_observations(
 
 __all__ = [
     "DETECTOR_KEYS",
-    "OBSERVE_BATCH_ENTRIES",
     "detect_stages",
     "observe",
     "stage_events",

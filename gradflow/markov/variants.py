@@ -135,7 +135,25 @@ def as_model(model) -> Model:
     raise TypeError(f"model must be a gradflow.Model, got model = {show(model)}")
 
 
-class VariantParams(eqx.Module):
+class AbstractParams(eqx.Module):
+    """What every point of the paper's model (the minimal one's
+    [`gradflow.Params`][], a variant's [`gradflow.VariantParams`][]) has: the
+    embedding `W0` and the sizes read off it."""
+
+    W0: eqx.AbstractVar[Float[Array, "*batch m d"]]
+
+    @property
+    def d(self) -> int:
+        """Vocabulary size."""
+        return self.W0.shape[-1]
+
+    @property
+    def m(self) -> int:
+        """Width (embedding dimension)."""
+        return self.W0.shape[-2]
+
+
+class VariantParams(AbstractParams):
     r"""Parameters of a variant (SPEC section 9); the model is a static field.
 
     | field | shape | present when |
@@ -219,16 +237,6 @@ class VariantParams(eqx.Module):
                     f"layers = {model.layers}, heads = {model.heads}, so {name} must "
                     f"end in {end}"
                 )
-
-    @property
-    def d(self) -> int:
-        """Vocabulary size."""
-        return self.W0.shape[-1]
-
-    @property
-    def m(self) -> int:
-        """Width (embedding dimension)."""
-        return self.W0.shape[-2]
 
     @property
     def num_parameters(self) -> int:

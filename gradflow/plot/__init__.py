@@ -47,6 +47,7 @@ from ..problems._deep_linear.plot import (  # noqa: E402
 )
 from ._base import (
     STAGE_COLORS as STAGE_COLORS,
+    check_trajectory as check_trajectory,
     legend_beside as legend_beside,
     positive_time as positive_time,
     pyplot as pyplot,
@@ -55,6 +56,7 @@ from ._base import (
     stage_label as stage_label,
 )
 from ._problem import (
+    GENERIC_SHADES as GENERIC_SHADES,
     figures as figures,
     plot_all as plot_all,
     problem_summary_figure as problem_summary_figure,
@@ -71,7 +73,9 @@ plot_problem = plot_all
 the paper's model (it draws every problem's figures now)."""
 
 __all__ = [
+    "GENERIC_SHADES",
     "STAGE_COLORS",
+    "check_trajectory",
     "attention_figure",
     "committee_phase_diagram",
     "committee_plateau_length",

@@ -22,6 +22,7 @@ STAGE_COLORS = {
     "drop": "#e63946",
     "rank": "#6a994e",
 }
+"""One colour per stage kind ([`shade_stages`][gradflow.plot.shade_stages])."""
 
 
 def pyplot():

@@ -21,8 +21,9 @@ from .._result.trajectory import Trajectory
 from ._base import check_trajectory, positive_time, pyplot, save_figure, shade_stages
 
 
-# The generic stages' shades in the problems' figures.
 GENERIC_SHADES = {"plateau": "#9e9e9e", "drop": "#ff9f1c"}
+"""The shades of the generic stages (plateau, drop) in the figures of the
+problems beyond the paper's model (pass as `shade_stages(..., colors=)`)."""
 
 
 def problem_summary_figure(traj: Trajectory, *, title: str | None = None):

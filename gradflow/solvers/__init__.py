@@ -11,3 +11,12 @@ from .base import (
     RosenbrockWTableau as RosenbrockWTableau,
 )
 from .rosw import ROS2 as ROS2, ROS34PW2 as ROS34PW2
+
+
+__all__ = [
+    "ROS2",
+    "ROS34PW2",
+    "AbstractRosenbrockW",
+    "RosenbrockWState",
+    "RosenbrockWTableau",
+]

@@ -1,15 +1,6 @@
-r"""Real text for gradflow: read local corpora (streamed, in bounded memory),
-tokenise them (words, characters, or byte-level BPE trained on the corpus),
-build bigram chains.
-
-```python
-import gradflow as gf
-corpus = gf.text.load()                        # built-in: Python's doc topics
-stream = gf.text.encode(corpus, vocab_size=30)  # ids + bigram chain
-chain = gf.chains.from_text(None, vocab_size=512, level="bpe")
-run = gf.train_sgd(stream, init_scale=1e-3, context=256, batch_size=512, lr=0.2)
-```
-"""
+"""Real text for the paper's model (`gradflow.markov.text`), at its public
+path `gradflow.text`: local corpora read in bounded memory, tokenised by
+word, character or byte-level BPE, and their bigram chains."""
 
 from ..markov.text import (
     BUILTIN as BUILTIN,

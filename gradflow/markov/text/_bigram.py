@@ -89,12 +89,6 @@ def bigram_counts(ids: np.ndarray, d: int, block: int = 1 << 23) -> np.ndarray:
     return counts.reshape(d, d)
 
 
-def bigram_matrix(ids: np.ndarray, d: int, smoothing: float) -> np.ndarray:
-    r"""$P_{ij} \propto \#\{t: x_t = i, x_{t+1} = j\} + \text{smoothing}$."""
-    counts = bigram_counts(ids, d) + smoothing
-    return counts / counts.sum(axis=1, keepdims=True)
-
-
 def smoothed_stream(
     ids: np.ndarray, tokens: tuple[str, ...], smoothing: float | str, source: str
 ) -> "TokenStream":

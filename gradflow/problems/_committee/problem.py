@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..._core.custom_types import Scalar
 from ..._core.errors import show
 from ..._core.random import scaled_normal
-from ..._core.validate import check_finite_entries, check_integer
+from ..._core.validate import as_float_array, check_finite_entries, check_integer
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
 
 
@@ -50,12 +50,7 @@ def erf_activation(h):
 def check_teacher(teacher) -> np.ndarray:
     """The teacher's weights as a finite `(M, N)` float64 array, or a one-line
     error."""
-    try:
-        V = np.asarray(teacher, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"teacher must be an (M, N) matrix of numbers, got {show(teacher)}"
-        ) from None
+    V = as_float_array("teacher", teacher, "an (M, N) matrix of numbers")
     if V.ndim != 2 or 0 in V.shape:
         raise ValueError(
             "teacher must be an (M, N) matrix (one row per teacher unit), got shape "

@@ -24,45 +24,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..._core.custom_types import Scalar
 from ..._core.errors import show
 from ..._core.random import scaled_normal
-from ..._core.validate import check_finite_entries, is_integer
+from ..._core.validate import check_covariance, check_matrix, is_integer
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
 from ..._stages import matrix_spectra
-
-
-def _matrix(name: str, value) -> np.ndarray:
-    """`value` as a finite 2-D float64 NumPy array, or a one-line error."""
-    try:
-        out = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be a matrix of numbers, got {show(value)}"
-        ) from None
-    if out.ndim != 2 or 0 in out.shape:
-        raise ValueError(f"{name} must be a non-empty matrix, got shape {out.shape}")
-    return check_finite_entries(name, out)
-
-
-def check_covariance(name: str, value) -> np.ndarray:
-    """A symmetric positive-definite matrix (symmetrised), or a one-line error
-    naming the first asymmetric pair or the smallest eigenvalue."""
-    S = _matrix(name, value)
-    if S.shape[0] != S.shape[1]:
-        raise ValueError(f"{name} must be a square matrix, got shape {S.shape}")
-    gap = np.abs(S - S.T)
-    # symmetric up to rounding: a covariance estimated in floating point
-    if gap.max() > 1e-10 * max(np.abs(S).max(), 1e-300):
-        i, j = (int(k) for k in np.unravel_index(np.argmax(gap), S.shape))
-        raise ValueError(
-            f"{name} must be symmetric, but {name}[{i}, {j}] = {S[i, j]:.6g} and "
-            f"{name}[{j}, {i}] = {S[j, i]:.6g}"
-        )
-    S = 0.5 * (S + S.T)
-    low = float(np.linalg.eigvalsh(S)[0])
-    if not low > 1e-12 * float(np.abs(S).max()):
-        raise ValueError(
-            f"{name} must be positive definite, got smallest eigenvalue {low:.6g}"
-        )
-    return S
 
 
 def check_hidden(hidden) -> tuple[int, ...]:
@@ -125,7 +89,7 @@ class DeepLinear(SampledProblem, ObservedProblem, BoundedProblem):
 
     def __init__(self, sigma_xx, sigma_yx, hidden):
         sxx = check_covariance("sigma_xx", sigma_xx)
-        syx = _matrix("sigma_yx", sigma_yx)
+        syx = check_matrix("sigma_yx", sigma_yx)
         if syx.shape[1] != sxx.shape[0]:
             raise ValueError(
                 f"sigma_yx must have shape (n_out, {sxx.shape[0]}) (one column per "
@@ -265,7 +229,6 @@ def is_identity(matrix) -> bool:
 
 __all__ = [
     "DeepLinear",
-    "check_covariance",
     "check_hidden",
     "is_identity",
     "product",
