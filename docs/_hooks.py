@@ -51,8 +51,7 @@ def _load(name: str):
 
 
 def _api_pages():
-    sys.path.insert(0, str(ROOT))
-    import gradflow
+    import gradflow  # installed: `pip install -e ".[docs]"`
 
     return _load("_api_pages").api_pages(gradflow)
 

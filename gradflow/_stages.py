@@ -1,5 +1,5 @@
 r"""Stages of any problem, found on the curves saved along a trajectory after
-the solve (SPEC section 11), and the pieces every stage detector shares.
+the solve (`docs/problems.md`, "Generic stages"), and the pieces every stage detector shares.
 
 - [`gradflow.StageThresholds`][]: the detectors' thresholds, one place for
   their defaults.
@@ -42,7 +42,7 @@ def _positive(name: str, value) -> None:
 
 class StageThresholds(eqx.Module):
     r"""Thresholds of the stage detector, the one place for their defaults
-    (shared by [`gradflow.flow`][], `integrate`, [`gradflow.detect_stages`][],
+    (shared by [`gradflow.flow`][], `integrate`, [`gradflow.markov.detect_stages`][],
     SGD runs and sweeps). Each is justified by measurements across chain
     families in `docs/stages.md`.
 
@@ -54,7 +54,7 @@ class StageThresholds(eqx.Module):
       speed $s = -\frac{dL}{d\log t}/\ell$ rises above `escape_speed` and
       entered when it falls below `entry_speed` (hysteresis: `entry_speed <
       escape_speed`); $\ell$ is the problem's loss scale
-      ([`gradflow.Problem.loss_scale`][]; $\log d - H_{\text{cond}}$ for the
+      ([`gradflow.StagedProblem.loss_scale`][]; $\log d - H_{\text{cond}}$ for the
       paper's model).
     - `focus_rate`: a focus starts when the attention entropy falls faster
       than `focus_rate` (per unit $\log t$, relative to $H(\pi)$).
@@ -330,7 +330,7 @@ def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
 def generic_stages(
     ts, loss, observations: Mapping[str, Any], *, loss_scale: float, thresholds
 ) -> tuple[Stage, ...]:
-    r"""The stages every problem has (SPEC section 11), from curves saved along a
+    r"""The stages every problem has (`docs/problems.md`), from curves saved along a
     trajectory:
 
     - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
@@ -343,7 +343,7 @@ def generic_stages(
       (a start that is no critical point: the soft committee machine's
       origin) begins with a drop, of cycle 0;
     - `rank`: for every observation `sv<path>` (the singular values of a
-      matrix parameter, as the default [`gradflow.Problem.observe`][] saves
+      matrix parameter, as the default [`gradflow.ObservedProblem.observe`][] saves
       them), each time the number of them above `rank_tol` times the largest
       changes, with `leaf` the parameter's path and `rank` the new count.
 

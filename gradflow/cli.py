@@ -72,7 +72,7 @@ def enable_compilation_cache() -> Path:
     # would leave out the many small functions a run also compiles).
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # The traced solve too (`gradflow/_engine/exported.py`): a warm start
+    # The traced solve too (`gradflow/_loop/exported.py`): a warm start
     # loads it instead of tracing it again.
     from ._loop import exported
 

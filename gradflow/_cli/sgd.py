@@ -28,7 +28,7 @@ from .common import (
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the model variant of SPEC section 9: `--heads H`, `--layers L`,
+    """Adds the model variant (`docs/variants.md`): `--heads H`, `--layers L`,
     `--value`, `--residual`, `--norm {none,rms,layer}` (default: the paper's
     model). Values are checked by [`model_from_args`][] (one-line errors)."""
     group = parser.add_argument_group(

@@ -7,7 +7,7 @@ controller's states, the proposed next step, everything saved so far (fixed
 [`run_chunk`][] is a pure function `LoopState -> LoopState` that advances a
 state by at most `Spec.chunk_steps` steps (one Diffrax call that continues the
 previous one bit for bit: solver state, controller state and proposed step are
-carried, see `_resume.py`). Because it is pure, a batch of states can be
+carried, see `resume.py`). Because it is pure, a batch of states can be
 advanced together under `jax.vmap`, and a checkpoint is the state written
 whole.
 
@@ -63,7 +63,7 @@ def chunk_steps_for(y0: PyTree) -> int:
 
 class Spec(eqx.Module):
     """What a solve is, apart from its data: vector field, solver (possibly a
-    [`gradflow._watch.Watch`][]), step-size controller, save function and chunk
+    [`Watch`][gradflow._event.watch.Watch]), step-size controller, save function and chunk
     size. Static: one compilation per `Spec` (and shapes)."""
 
     vector_field: Callable
@@ -252,7 +252,7 @@ def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
     A state that has finished (reached `t1` or failed) is returned unchanged.
     Pure: `jax.vmap` it over a batch of states (and `args`) to advance many
     solves at once. Compiled (`eqx.filter_jit`); where exported programs are
-    on (`gradflow/_engine/exported.py`, the command line), a warm start loads
+    on (`gradflow/_loop/exported.py`, the command line), a warm start loads
     the traced program instead of tracing it again."""
     out = exported.call("run_chunk", _advance, spec, args, ts, t1, state)
     if out is not None:

@@ -1,7 +1,7 @@
 r"""The paper's population loss and its gradient written out by hand, blocked
 over query tokens: the fast, memory-bounded form for large vocabularies.
 
-The closed form of SPEC section 3 builds dense $d \times d$ intermediates
+The closed form (`docs/model.md`, "Population loss") builds dense $d \times d$ intermediates
 (scores $S$, attention $A$, logits $Z$ and their adjoints). Given $\pi$, the
 attention rows of different query tokens are independent: row $i$ of $A$,
 column $i$ of $Z$ and query $i$'s term of the loss need only $W_Q W_0 e_i$,
@@ -133,7 +133,7 @@ def population_loss_and_grad(
     block: int,
     grad: bool = True,
 ) -> tuple[Scalar, tuple[Array, Array, Array, Array] | None]:
-    r"""The population loss of SPEC section 3 and (with `grad`) its gradient
+    r"""The population loss (`docs/model.md`, "Population loss") and (with `grad`) its gradient
     `(dW0, dW1, dWQ, dWK)`, accumulated over blocks of `block` query tokens
     (see the module's docstring). Peak memory: a few `block x d` arrays
     besides the inputs."""

@@ -1,4 +1,4 @@
-"""Markov chains over a vocabulary of `d` tokens (SPEC section 1)."""
+"""Markov chains over a vocabulary of `d` tokens (`docs/model.md`, "Data")."""
 
 import math
 from collections.abc import Sequence

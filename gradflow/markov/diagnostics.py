@@ -1,13 +1,13 @@
-r"""Observables measured along a trajectory (SPEC section 4).
+r"""Observables measured along a trajectory (`docs/stages.md`).
 
-[`gradflow.diagnostics`][] maps one point $\theta$ to the reduced quantities that
+[`gradflow.markov.diagnostics`][] maps one point $\theta$ to the reduced quantities that
 the stage detector and the figures read: the loss and $|\nabla L|$, matrix
 norms, singular values, alignment cosines, the attention matrix and its
 $\pi$-weighted entropy, and the attention mass per key token. It is a pure,
 jit-able function of `(params, chain)`, used as Diffrax's `SaveAt(fn=...)` so a
 long solve stores these numbers rather than every state.
 
-[`gradflow.diagnostic_rates`][] gives the exact time derivatives of the
+[`gradflow.markov.diagnostic_rates`][] gives the exact time derivatives of the
 quantities that define stage boundaries, along the flow $\dot\theta =
 -\nabla L$, by one forward-mode product (`jax.jvp`) through the observable: the
 event functions find their roots, so no finite differences of saved curves are
@@ -66,7 +66,7 @@ def diagnostics(params: Params, chain: MarkovChain) -> dict[str, Any]:
     | `cos_W1_u` | `()` | $|\hat u^\top W_1| / |W_1|_F$, $u = \pi - 1/d$ (1: aligned) |
     | `right_sv_W0` | `(min(m, d), d)` | every right singular vector of $W_0$ (max entry > 0) |
     | `cos_v_pi` | `(min(m, d),)` | $|v_k \cdot \hat\pi|$ for those vectors |
-    | `attention` | `(d, d)` | $A$ (SPEC section 3); for a variant [`gradflow.attention_summary`][] |
+    | `attention` | `(d, d)` | $A$ (`docs/model.md`); for a variant [`gradflow.markov.attention_summary`][] |
     | `att_entropy` | `()` | $\sum_i \pi_i H(A_{i\cdot})$ |
     | `att_mass` | `(d,)` | $\sum_i \pi_i A_{ik}$: attention mass on key token $k$ |
     """

@@ -34,7 +34,7 @@ def counted_context_loss(
     counts: Float[Array, "b d"],
     target: Int[Array, " b"],
 ) -> jax.Array:
-    r"""The finite-context loss of SPEC section 2, computed from token counts.
+    r"""The finite-context loss (`docs/model.md`, "Model (finite context)"), computed from token counts.
 
     Positions holding the same token get the same score, so the softmax over
     the $s$ positions is a softmax over the $d$ tokens weighted by their counts

@@ -1,9 +1,10 @@
 r"""The one-layer attention model: parameters, the closed-form population loss
-(SPEC section 3) and the finite-context model (SPEC section 2), and the public
-entry points that serve every model variant (SPEC section 9).
+(`docs/model.md`, "Population loss") and the finite-context model
+(`docs/model.md`, "Model (finite context)"), and the public entry points that
+serve every model variant (`docs/variants.md`, "The model in closed form").
 
-Both losses share one attention primitive,
-[`gradflow._attention.attention_weights`][], so the population loss is exactly
+Both losses share one attention primitive, `attention_weights`
+(`gradflow/markov/attention.py`), so the population loss is exactly
 the finite-context model with the softmax over positions replaced by a
 $\pi$-weighted softmax over the vocabulary. The functions here take either
 [`gradflow.Params`][] (the paper's model, whose arithmetic is kept exactly) or
@@ -111,7 +112,7 @@ def init_params(
     - `seed`: integer seed of `jax.random.key`; `dtype`: float64 by default;
     - `model`: a [`gradflow.Model`][]; `None` or `gf.Model()` is the paper's
       model. A variant's normalisation `gain` starts at 1 and `bias` at 0
-      (SPEC section 9).
+      (`docs/variants.md`, "The model in closed form").
 
     **Returns:** a [`gradflow.Params`][] for the minimal model (the same numbers
     as before variants existed), else a [`gradflow.VariantParams`][].
@@ -215,7 +216,7 @@ def _variant(params) -> VariantParams:
 def attention(
     params: AnyParams, chain: MarkovChain
 ) -> Attention | Float[Array, "layers heads d d"]:
-    r"""The population attention matrix $A$ (SPEC section 3).
+    r"""The population attention matrix $A$ (`docs/model.md`, "Population loss").
 
     $A[i, k] = \pi_k e^{S[i, k]} / \sum_l \pi_l e^{S[i, l]}$ with
     $S = (W_Q W_0)^\top (W_K W_0)$: row `i` is how a query token `i` spreads its
@@ -223,7 +224,8 @@ def attention(
 
     For [`gradflow.VariantParams`][]: the attention of every layer and head,
     shape `(layers, heads, d, d)`, each computed from that layer's input
-    (SPEC section 9); [`gradflow.attention_summary`][] gives one `(d, d)`
+    (`docs/variants.md`, "The model in closed form"); [`gradflow.markov.attention_summary`][] gives one
+    `(d, d)`
     matrix.
     """
     if not isinstance(params, Params):
@@ -251,7 +253,7 @@ def attention_summary(params: AnyParams, chain: MarkovChain) -> Attention:
 
 def population_logits(params: AnyParams, chain: MarkovChain) -> Float[Array, "d d"]:
     """$Z = W_1 W_0 A^\\top$: column `i` holds the next-token logits for query `i`
-    (for a variant: $Z = W_1 N(X_L)$ of SPEC section 9)."""
+    (for a variant: $Z = W_1 N(X_L)$, `docs/variants.md`, "The model in closed form")."""
     if not isinstance(params, Params):
         Z, _ = variant_population_forward(_variant(params), chain)
         return Z
@@ -262,7 +264,8 @@ def population_logits(params: AnyParams, chain: MarkovChain) -> Float[Array, "d 
 def population_loss(
     params: AnyParams, chain: MarkovChain, *, block: int | None = None
 ) -> Scalar:
-    r"""The population cross-entropy in closed form (SPEC sections 3 and 9).
+    r"""The population cross-entropy in closed form (`docs/model.md`, "Population loss";
+    variants: `docs/variants.md`, "The model in closed form").
 
     $$L(\theta) = \sum_i \pi_i \Big[\operatorname{logsumexp}_y Z_{yi}
     - \sum_y P_{iy} Z_{yi}\Big], \qquad Z = W_1 W_0 A^\top.$$
@@ -271,11 +274,11 @@ def population_loss(
     context length go to infinity. $L(0) = \log d$, $L \ge$ the chain's
     conditional entropy. Pure and jit-able; differentiate it with `jax.grad`.
     Takes [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
-    (then $Z = W_1 N(X_L)$, SPEC section 9).
+    (then $Z = W_1 N(X_L)$, `docs/variants.md`, "The model in closed form").
 
     `block` (the paper's model only): compute the loss over blocks of this
     many query tokens, with its gradient written out by hand
-    (`gradflow/problems/_markov/blocked.py`): no intermediate is larger than
+    (`gradflow/markov/blocked.py`): no intermediate is larger than
     `block x d`, `jax.grad` runs the hand-written backward pass, and
     Hessian-vector products (`jax.jvp` of the gradient) stay blocked. Equal to
     the default form to round-off; not differentiable with respect to the
@@ -303,11 +306,11 @@ def population_loss(
 def finite_context_logits(
     params: AnyParams, context: Int[Array, "*batch s"]
 ) -> Float[Array, "*batch d"]:
-    """Next-token logits of the finite-context model of SPEC section 2.
+    """Next-token logits of the finite-context model (`docs/model.md`, "Model (finite context)").
 
     The last token of each context queries every position `1..s` (itself
     included) with uniform prior weight; no value matrix. For a variant, every
-    layer runs causally at every position (SPEC section 9).
+    layer runs causally at every position (`docs/variants.md`, "The model in closed form").
     """
     if not isinstance(params, Params):
         return variant_finite_context_logits(_variant(params), context)

@@ -150,7 +150,7 @@ class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem):
         return batch_loss(params, batch)
 
     def observe(self, params: AnyParams) -> dict[str, Array]:
-        """The observables of [`gradflow.observe`][] (what the paper's stages
+        """The observables of [`gradflow.markov.observe`][] (what the paper's stages
         and figures read)."""
         return observe(None, params, self.chain)
 
@@ -316,8 +316,8 @@ def stages_from_params(
     ts, params: AnyParams, chain: MarkovChain, thresholds=None
 ) -> tuple[tuple, tuple, dict[str, np.ndarray]]:
     r"""Stages of any sequence of saved parameters (a flow saved without
-    stages, an SGD run, ...): [`gradflow.observe_params`][] then
-    [`gradflow.detect_stages`][].
+    stages, an SGD run, ...): [`gradflow.markov.observe_params`][] then
+    [`gradflow.markov.detect_stages`][].
 
     For SGD iterates the curves carry SGD's noise; the detector's rates are
     secants over `thresholds.rate_window` e-folds of $t$, which average it

@@ -1,21 +1,21 @@
 r"""Stages of training, found from curves saved along a trajectory
-(SPEC section 4; definitions and thresholds in `docs/stages.md`).
+(definitions and thresholds in `docs/stages.md`).
 
 Two pure pieces:
 
-- [`gradflow.observe`][] `(t, params, chain)`: every observable the detector
+- [`gradflow.markov.observe`][] `(t, params, chain)`: every observable the detector
   reads, at one point (jit- and vmap-able; the save function of
   `integrate(stages=True)`): loss, $|\nabla L|$, the $\pi$-weighted attention
   entropy, the attention mass per key token, all singular values and right
   singular vectors of $W_0$, and their exact rates per unit of $\log t$ (one
   `jax.jvp` along $-\nabla L$).
-- [`gradflow.detect_stages`][] `(ts, observations, chain=...)`: the stages
+- [`gradflow.markov.detect_stages`][] `(ts, observations, chain=...)`: the stages
   (typed [`gradflow.Stage`][] records) of those curves, on the host, with every
   boundary interpolated between save points.
 
-[`gradflow.observe_params`][] evaluates `observe` over saved parameters (a
+[`gradflow.markov.observe_params`][] evaluates `observe` over saved parameters (a
 trajectory saved without stages, an SGD run), and
-[`gradflow.stages_from_params`][] chains the two (both in `problem.py`).
+[`gradflow.markov.stages_from_params`][] chains the two (both in `problem.py`).
 The curves, their rates and the plateaus are the engine's, shared with the
 generic stages of every problem (`gradflow._stages`).
 """
@@ -57,10 +57,10 @@ def observe(t, params: AnyParams, chain: MarkovChain) -> dict[str, Array]:
     | `sv_ratio` | `(n - 1,)` | $r_k = \sigma_{k+1}/\sigma_1$, $k = 1..n-1$ |
     | `right_sv_W0` | `(n, d)` | every right singular vector of $W_0$ (largest entry $> 0$) |
 
-    plus the scalars of [`gradflow.diagnostics`][] (norms, `sv_W1`, stable
+    plus the scalars of [`gradflow.markov.diagnostics`][] (norms, `sv_W1`, stable
     ranks, alignment cosines, `cos_v_pi`). `t` is accepted (the signature of
     a Diffrax save function) and unused: the detector takes its rates from
-    the saved curves ([`gradflow.detect_stages`][]).
+    the saved curves ([`gradflow.markov.detect_stages`][]).
     """
     del t
     loss, grad = jax.value_and_grad(population_loss)(params, chain)
@@ -211,7 +211,7 @@ def _check_observations(ts, observations, chain):
     missing = [k for k in DETECTOR_KEYS if k not in observations]
     if missing:
         raise ValueError(
-            f"observations lack {missing}: pass the dict of gradflow.observe "
+            f"observations lack {missing}: pass the dict of gradflow.markov.observe "
             "(or observe_params) evaluated at every time of ts"
         )
     ts = np.asarray(ts, dtype=np.float64)
@@ -445,8 +445,8 @@ def detect_stages(
     **Arguments:**
 
     - `ts`: the save times, shape `(T,)`, strictly increasing.
-    - `observations`: the dict of [`gradflow.observe`][] at every time of `ts`
-      (leading axis `T`), e.g. from [`gradflow.observe_params`][] or a
+    - `observations`: the dict of [`gradflow.markov.observe`][] at every time of `ts`
+      (leading axis `T`), e.g. from [`gradflow.markov.observe_params`][] or a
       trajectory's `extras`. Non-finite trailing saves (a solve that stopped
       early) are ignored.
     - `chain`: the [`gradflow.MarkovChain`][] (its $H(\pi)$ and $\log d$).
@@ -469,7 +469,7 @@ def detect_stages(
 def stages_from_observations(
     ts, observations: Mapping[str, Any], chain: MarkovChain, thresholds=None
 ) -> tuple[tuple[Stage, ...], tuple[EventRecord, ...]]:
-    """`(stages, events)`: [`gradflow.detect_stages`][] and the stages'
+    """`(stages, events)`: [`gradflow.markov.detect_stages`][] and the stages'
     boundaries as event records ([`gradflow.stage_events`][])."""
     stages = detect_stages(ts, observations, chain=chain, thresholds=thresholds)
     return stages, stage_events(stages)

@@ -1,4 +1,4 @@
-r"""Model variants beyond the paper (SPEC section 9): several heads, a value
+r"""Model variants beyond the paper (`docs/variants.md`, "The model in closed form"): several heads, a value
 matrix, a residual stream, RMS or layer normalisation, two layers.
 
 [`gradflow.Model`][] is the static description of a variant;
@@ -10,7 +10,7 @@ parameters stay [`gradflow.Params`][] and its arithmetic is untouched.
 One forward per model, [`_layer`][], shared by the population loss (infinite
 context: keys are the vocabulary with prior weights $\pi$) and the
 finite-context model (keys are positions, causal), both through the one
-attention primitive [`gradflow._attention.attention_weights`][].
+attention primitive `attention_weights` (`gradflow/markov/attention.py`).
 """
 
 from typing import Any, ClassVar
@@ -27,7 +27,7 @@ from .attention import attention_weights
 from .chain import MarkovChain
 
 
-# The epsilon of SPEC section 9's normalisations, inside the square root.
+# The epsilon of the normalisations, inside the square root (`docs/variants.md`).
 NORM_EPS = 1e-5
 NORMS = (None, "rms", "layer")
 MAX_LAYERS = 2
@@ -43,7 +43,7 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
 
 
 class Model(eqx.Module):
-    r"""A static description of the architecture (SPEC section 9).
+    r"""A static description of the architecture (`docs/variants.md`, "The model in closed form").
 
     **Arguments:**
 
@@ -154,7 +154,7 @@ class AbstractParams(eqx.Module):
 
 
 class VariantParams(AbstractParams):
-    r"""Parameters of a variant (SPEC section 9); the model is a static field.
+    r"""Parameters of a variant (`docs/variants.md`); the model is a static field.
 
     | field | shape | present when |
     | --- | --- | --- |
@@ -261,7 +261,7 @@ PARAM_NAMES = ("W0", "W1", "WQ", "WK", "WV", "gain", "bias")
 
 
 def init_variant_params(key, d, m, init_scale, *, dtype, model: Model) -> VariantParams:
-    """SPEC section 9's initialisation (arguments already checked): every
+    """The variants' initialisation (`docs/variants.md`; arguments checked): every
     matrix entry i.i.d. $N(0, \\text{init\\_scale}^2)$, `gain` 1, `bias` 0."""
     k0, k1, kq, kk, kv = jax.random.split(key, 5)
     lh = (model.layers, model.heads)
@@ -307,7 +307,7 @@ def _layer(
 
 
 def _normalise(params: VariantParams, X: Float[Array, "m q"]) -> Float[Array, "m q"]:
-    """SPEC section 9's normalisation of each column (a no-op without norm)."""
+    """The normalisation $N$ of each column (`docs/variants.md`) (a no-op without norm)."""
     norm = params.model.norm
     if norm is None:
         return X
@@ -326,7 +326,7 @@ def variant_population_forward(
     params: VariantParams, chain: MarkovChain
 ) -> tuple[Float[Array, "d d"], Float[Array, "layers heads d d"]]:
     """`(Z, A)`: the population logits (column `i`: query token `i`) and the
-    attention of every layer and head (SPEC section 9)."""
+    attention of every layer and head (`docs/variants.md`, "The model in closed form")."""
     X = params.W0
     log_pi = jnp.log(chain.pi)
     attentions = []

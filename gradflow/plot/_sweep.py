@@ -113,7 +113,7 @@ def phase_diagram(
     - Without `y`: every member's value against `x` (points), their mean over
       the other axes (line) and, with `theory="escape"`, the linear theory's
       escape time from the origin $\log(1/arepsilon)/\sigma$ with
-      $\sigma = |\pi - \mathbf 1/d|\,|\pi|$ (SPEC section 3) for
+      $\sigma = |\pi - \mathbf 1/d|\,|\pi|$ (`docs/theory.md`) for
       `x="init_scale"`; `theory` may also be a function `f(x_values, chain)`.
 
     **Arguments:** `sw`; `x`, `y`: axis names (`"chain"`, `"init_scale"`,

@@ -16,7 +16,7 @@ from ._checks import check_smoothing
 
 DEFAULT_SMOOTHING = "auto"
 # With smoothing="auto" the pseudo-counts are this fraction of the bigram
-# counts, spread evenly over the d^2 entries (SPEC section 7): small enough not
+# counts, spread evenly over the d^2 entries (`docs/text.md`, "Tokens and vocabulary"): small enough not
 # to drown the data at any vocabulary size, large enough to keep every entry
 # positive.
 SMOOTHING_FRACTION = 0.01

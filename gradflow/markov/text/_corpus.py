@@ -1,4 +1,4 @@
-r"""The corpus (SPEC section 7): a local UTF-8 file or folder, a string, or
+r"""The corpus (`docs/text.md`): a local UTF-8 file or folder, a string, or
 the built-in corpus, read and tokenised into a [`gradflow.text.Corpus`][] (the
 ids of its distinct units).
 

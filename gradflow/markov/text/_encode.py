@@ -1,4 +1,4 @@
-r"""Encoding a corpus on a vocabulary (SPEC section 7): keep the `vocab_size`
+r"""Encoding a corpus on a vocabulary (`docs/text.md`): keep the `vocab_size`
 most frequent tokens (words, characters or byte-level BPE tokens trained on
 the corpus itself), map the corpus's unit ids through one lookup table into an
 array of the smallest integer type that holds `d` (optionally a memory-mapped
@@ -281,7 +281,7 @@ def from_text(
     tail: str = "other",
     progress: bool = True,
 ) -> MarkovChain:
-    r"""The bigram Markov chain of a text (SPEC section 7).
+    r"""The bigram Markov chain of a text (`docs/text.md`, "Tokens and vocabulary").
 
     **Arguments:**
 

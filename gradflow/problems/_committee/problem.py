@@ -1,4 +1,4 @@
-r"""The soft committee machine (SPEC section 11, problem 2; Saad and Solla
+r"""The soft committee machine (`docs/problems.md`; Saad and Solla
 1995): $K$ students learn a teacher committee of $M$ units from Gaussian
 inputs.
 

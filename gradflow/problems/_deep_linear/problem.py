@@ -1,4 +1,4 @@
-r"""The deep linear network (SPEC section 11, problem 1): the population loss of
+r"""The deep linear network (`docs/problems.md`): the population loss of
 $x \mapsto W_L \cdots W_1 x$ fitted to a linear teacher, the setting of Saxe,
 McClelland and Ganguli (2014).
 

@@ -89,7 +89,7 @@ def balanced_start(problem: DeepLinear, u0) -> tuple:
     $U\operatorname{diag}(u_0)V^\top$ (the SVD of $\Sigma_{yx}$; with
     $\Sigma_{xx} \ne I$ that of $\Sigma_{yx}\Sigma_{xx}^{-1/2}$, then times
     $\Sigma_{xx}^{-1/2}$), with every layer carrying $u_0^{1/L}$ on its first
-    hidden units (the $R$ of SPEC section 11 is the identity"s first
+    hidden units (the orthogonal $R$ of Saxe's start, `docs/problems.md`, is the identity's first
     columns). For two layers and $\Sigma_{xx} = I$ this is
     $W_1 = \operatorname{diag}(\sqrt{u_0})V^\top$,
     $W_2 = U\operatorname{diag}(\sqrt{u_0})$, from which each mode follows
