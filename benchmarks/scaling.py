@@ -91,7 +91,7 @@ def first_cycle_table(sizes, init_scale=1e-3):
         pi = np.asarray(chain.pi)
         sigma = np.linalg.norm(pi - 1.0 / d) * np.linalg.norm(pi)
         # Escape time of the linearised flow from the origin, with margin for
-        # the drop to finish (SPEC section 3: growth rate sigma).
+        # the drop to finish (`docs/theory.md`: growth rate sigma).
         t1 = float(3.0 * np.log(1.0 / init_scale) / sigma)
         rows = [
             ("tsit5 rtol 1e-7", dfx.Tsit5(), 1e-7, 1e-7 * init_scale),

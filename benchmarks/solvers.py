@@ -342,9 +342,9 @@ FULL_MODEL = gf.Model(heads=2, layers=2, value=True, residual=True, norm="rms")
 
 
 def full_combination(t1: float = 5000.0, max_steps: int = 400_000, json_path=None):
-    """The full combination of SPEC section 9 (2 heads, 2 layers, value,
+    """The full combination of the variants (`docs/variants.md`; 2 heads, 2 layers, value,
     residual, RMS norm; 872 parameters) on the default sticky scenario
-    (width 8, init_scale 1e-3, seed 0, `stages=False`), through
+    (width 8, init_scale 1e-3, seed 0, no stages), through
     `gf.integrate`: the default solver, the default with a rank-32 W (the
     Hessian there has 25 eigenvalues above 1 at the minimum, see
     docs/variants.md), the default with `jacobian_tol = 5` (fewer refreshes)

@@ -75,7 +75,7 @@ def stage_field(stage, name):
 
 
 def sigma(pi):
-    """The condensation rate `|pi - 1/d| |pi|` (SPEC section 3)."""
+    """The condensation rate `|pi - 1/d| |pi|` (`docs/theory.md`, "1. The origin")."""
     pi = np.asarray(pi)
     return float(np.linalg.norm(pi - 1 / pi.size) * np.linalg.norm(pi))
 

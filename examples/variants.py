@@ -1,5 +1,5 @@
 """Which architectural ingredients keep the focus-dilution cycle? The exact
-population flow of every model variant (SPEC section 9) on the paper's sticky
+population flow of every model variant (`docs/variants.md`) on the paper's sticky
 chain and on one random chain.
 
 Integrates each ingredient alone and the full combination, writes the table
