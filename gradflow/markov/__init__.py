@@ -19,11 +19,6 @@ from .chain import (
     entropy_bounds as entropy_bounds,
     stationary_distribution as stationary_distribution,
 )
-from .diagnostics import (
-    attention_entropy as attention_entropy,
-    diagnostic_rates as diagnostic_rates,
-    diagnostics as diagnostics,
-)
 from .entry import integrate as integrate, integrate_stages as integrate_stages
 from .geometry import (
     embedding_direction as embedding_direction,
@@ -46,6 +41,11 @@ from .model import (
     init_params as init_params,
     population_logits as population_logits,
     population_loss as population_loss,
+)
+from .observables import (
+    attention_entropy as attention_entropy,
+    diagnostic_rates as diagnostic_rates,
+    diagnostics as diagnostics,
 )
 from .problem import (
     MarkovAttention as MarkovAttention,

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .attention import attention_weights, mean_nll
 from .chain import MarkovChain
 from .model import AnyParams, Params, population_loss
+from .primitive import attention_weights, mean_nll
 from .variants import (
     VariantParams,
     variant_counted_logits,

@@ -4,7 +4,7 @@ r"""The one-layer attention model: parameters, the closed-form population loss
 serve every model variant (`docs/variants.md`, "The model in closed form").
 
 Both losses share one attention primitive, `attention_weights`
-(`gradflow/markov/attention.py`), so the population loss is exactly
+(`gradflow/markov/primitive.py`), so the population loss is exactly
 the finite-context model with the softmax over positions replaced by a
 $\pi$-weighted softmax over the vocabulary. The functions here take either
 [`gradflow.Params`][] (the paper's model, whose arithmetic is kept exactly) or
@@ -23,10 +23,10 @@ from .._core.custom_types import Scalar
 from .._core.errors import show
 from .._core.random import scaled_normal
 from .._core.validate import check_finite_entries, check_init_scale, check_seed
-from .attention import attention_weights, mean_nll, population_cross_entropy
 from .blocked import blocked_population_loss
 from .chain import MarkovChain
 from .custom_types import Attention
+from .primitive import attention_weights, mean_nll, population_cross_entropy
 from .variants import (
     PARAM_NAMES,
     AbstractParams,

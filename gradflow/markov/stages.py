@@ -31,8 +31,8 @@ from jaxtyping import Array, Float
 from .._core.records import STAGE_KINDS, EventRecord, Stage, stage_events
 from .._stages import Curves, StageThresholds, plateau_intervals
 from .chain import MarkovChain
-from .diagnostics import point_diagnostics
 from .model import AnyParams, attention_summary, population_loss
+from .observables import point_diagnostics
 
 
 _TINY = 1e-300

@@ -10,7 +10,7 @@ parameters stay [`gradflow.Params`][] and its arithmetic is untouched.
 One forward per model, [`_layer`][], shared by the population loss (infinite
 context: keys are the vocabulary with prior weights $\pi$) and the
 finite-context model (keys are positions, causal), both through the one
-attention primitive `attention_weights` (`gradflow/markov/attention.py`).
+attention primitive `attention_weights` (`gradflow/markov/primitive.py`).
 """
 
 from typing import Any, ClassVar
@@ -23,8 +23,8 @@ from jaxtyping import Array, Float, Int
 
 from .._core.errors import show
 from .._core.random import scaled_normal
-from .attention import attention_weights
 from .chain import MarkovChain
+from .primitive import attention_weights
 
 
 # The epsilon of the normalisations, inside the square root (`docs/variants.md`).
