@@ -165,7 +165,8 @@ class Curves:
         self.window = window
 
     def rate(self, y: np.ndarray) -> np.ndarray:
-        r"""$dy/d\log t$ at every save ([`secant_rate`][])."""
+        r"""$dy/d\log t$ at every save (the secant rate over `window`
+        e-folds of $t$)."""
         u = self.u.copy()
         if not np.isfinite(u[0]):  # two saves only after t = 0
             u[0] = u[1] - 1.0

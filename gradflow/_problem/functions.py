@@ -203,11 +203,13 @@ def _observe_many(problem, params):
 def observe_saves(
     problem: Problem, ts, params, *, batch: int = 512
 ) -> dict[str, np.ndarray]:
-    """[`observe`][gradflow._problem.functions.observe] at every saved point:
-    `params` with a leading time axis of length `len(ts)`.
+    """The problem's observables (its `observe`, for a
+    [`gradflow.ObservedProblem`][]; else [`gradflow.matrix_spectra`][]) at
+    every saved point: `params` with a leading time axis of length `len(ts)`.
 
-    Evaluated in batches of at most `batch` saves and at most
-    [`observe_batch`][gradflow._problem.functions.observe_batch], of a
+    Evaluated in batches of at most `batch` saves, and of at most
+    `OBSERVE_BATCH_ENTRIES` (`2**24`) entries of one point's largest
+    intermediate in all, of a
     bucketed length (the last point repeated): one compilation serves every
     length above the batch, and one each bucket of `save_buffer_size` below.
     **Returns:** a dict of NumPy arrays with a leading time axis (`{}` when
