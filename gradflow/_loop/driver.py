@@ -36,12 +36,12 @@ class Interrupted(KeyboardInterrupt):
     that carries what was computed.
 
     - `result`: the partial [`gradflow.Trajectory`][], [`gradflow.Sweep`][] or
-      [`gradflow.SGDRun`][] up to the interruption (`ok=False`).
+      [`gradflow.SGDRun`][] up to the interruption (result code `interrupted`).
     - `checkpoint`: the checkpoint file written on the way out, or `None`.
 
     ```python
     try:
-        traj = gf.integrate(chain, 1e-3, checkpoint="run.ckpt.npz")
+        traj = gf.integrate(chain, 1e-3, run=gf.Run(checkpoint="run.ckpt.npz"))
     except gf.Interrupted as e:
         traj = e.result  # everything up to the interruption
     ```

@@ -7,7 +7,7 @@ import gradflow as gf
 corpus = gf.text.load()                        # built-in: Python's doc topics
 stream = gf.text.encode(corpus, vocab_size=30)  # ids + bigram chain
 chain = gf.chains.from_text(None, vocab_size=512, level="bpe")
-run = gf.train_sgd(stream, init_scale=1e-3, context=256, batch_size=512, lr=0.2)
+run = gf.train_sgd(stream, init_scale=1e-3, context=256, sgd=gf.SGD(0.2, 512))
 ```
 """
 
