@@ -101,6 +101,15 @@ class SweepSettings(SolveSettings):
     atol: tuple[float, ...] = ()
     labels: dict[str, list] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def from_dict(cls, record) -> "SweepSettings":
+        """Reads `to_dict`'s output, and the settings of gradflow 0.1.0's files
+        (which counted the problems as `num_chains`)."""
+        record = dict(record)
+        if "num_chains" in record and "num_problems" not in record:
+            record["num_problems"] = record.pop("num_chains")
+        return super().from_dict(record)
+
 
 @dataclasses.dataclass(frozen=True)
 class SweepStats(Record):
