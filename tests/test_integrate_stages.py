@@ -13,7 +13,7 @@ def test_user_events_and_callbacks():
     level = float(chain.unigram_entropy) + 0.01
     below = gf.Event(
         "below_unigram",
-        lambda t, p, c: level - gf.population_loss(p, c),
+        lambda t, p, problem: level - gf.population_loss(p, problem.chain),
         direction=True,
     )
     seen = []
