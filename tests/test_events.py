@@ -8,45 +8,49 @@ import pytest
 import gradflow as gf
 
 
-# One vector field, condition and save function for all oscillator tests, so
-# they share one compiled solve. y = (cos t, -sin t). Conditions: cos t; the
-# velocity minus args[0]; cos t minus args[1].
+# One vector field, save function and set of events for the oscillator tests
+# that watch both directions, so they share one compiled solve (the events'
+# conditions and directions are part of it). y = (cos t, -sin t). Events: cos t
+# crossing zero either way ("x"); the velocity rising through 0.5 ("v").
 def _oscillator(t, y, args):
     return jnp.stack([y[1], -y[0]])
-
-
-def _conditions(t, y, args):
-    return jnp.stack([y[0], y[1] - args[0], y[0] - args[1]])
 
 
 def _save(t, y, args):
     return y[0]
 
 
-def _solve_oscillator(directions, levels=(0.5, -0.5), **kwargs):
+def _x(t, y, args):
+    return y[0]
+
+
+def _v(t, y, args):
+    return y[1] - 0.5
+
+
+EVENTS = [gf.Event("x", _x), gf.Event("v", _v, direction=True)]
+
+
+def _solve_oscillator(events, callbacks=()):
     return gf.solve_with_events(
         _oscillator,
         jnp.array([1.0, 0.0]),
-        jnp.asarray(levels),
+        None,
         t0=0.0,
         t1=10.0,
-        ts=np.linspace(0.0, 10.0, 11),
         save_fn=_save,
-        condition=_conditions,
-        directions=directions,
-        rtol=1e-10,
-        atol=1e-12,
-        **kwargs,
+        saveat=gf.SaveAt(
+            np.linspace(0.0, 10.0, 11), events=events, callbacks=callbacks
+        ),
+        solver=gf.Solver(rtol=1e-10, atol=1e-12),
     )
 
 
 def test_exact_times_and_continuation():
     # cos t crosses zero (both ways) at pi/2 + k pi; the velocity -sin t rises
     # through 0.5 at 7 pi / 6 + 2 k pi.
-    sol = _solve_oscillator(
-        [None, True, None], names=["x", "v", "off"], active=[True, True, False]
-    )
-    assert sol.ok
+    sol = _solve_oscillator(EVENTS)
+    assert sol.ok and bool(sol.result == gf.RESULTS.successful)
     got = [(e.name, e.t) for e in sol.events]
     want = sorted(
         [("x", np.pi / 2 + k * np.pi) for k in range(3)]
@@ -64,30 +68,29 @@ def test_exact_times_and_continuation():
 
 def test_direction_down_only():
     # cos t falls through zero at pi/2 + 2 k pi only.
-    sol = _solve_oscillator([False, True, None], active=[True, False, False])
+    sol = _solve_oscillator([gf.Event("x", _x, direction=False)])
     np.testing.assert_allclose(
         [e.t for e in sol.events], [np.pi / 2, np.pi / 2 + 2 * np.pi], atol=1e-9
     )
 
 
-def test_on_event_sees_each_event_and_the_solve_does_not_depend_on_events():
-    # on_event is called on the host, in time order, with the state at the
-    # event; the steps of a solve with conditions equal those without.
+def test_callbacks_see_each_event_and_the_solve_does_not_depend_on_events():
+    # The callbacks are called on the host, in time order, with the state at
+    # the event; the steps of a solve with events equal those without.
     seen = []
 
-    def on_event(record, t, y, args):
+    def callback(record, t, y):
         seen.append((record.name, t, float(y[0])))
 
-    sol = _solve_oscillator(
-        [None, True, True],
-        names=["x", "v", "level"],
-        active=[True, False, False],
-        on_event=on_event,
-    )
-    assert [n for n, _, _ in seen] == [e.name for e in sol.events] == ["x"] * 3
-    # cos t at each crossing is zero (the state passed is the one at the event).
-    np.testing.assert_allclose([y for _, _, y in seen], 0.0, atol=1e-9)
-    bare = _solve_oscillator([], levels=(0.5, -0.5))
+    sol = _solve_oscillator(EVENTS, callbacks=[callback])
+    assert [n for n, _, _ in seen] == [e.name for e in sol.events]
+    assert [t for _, t, _ in seen] == [e.t for e in sol.events]
+    assert [n for n, _, _ in seen].count("x") == 3
+    # cos t at each of its crossings is zero (the state passed is the one at
+    # the event).
+    np.testing.assert_allclose([y for n, _, y in seen if n == "x"], 0.0, atol=1e-9)
+    bare = _solve_oscillator([])
+    assert bare.events == []
     assert bare.num_steps == sol.num_steps
     np.testing.assert_array_equal(bare.saved, sol.saved)
 
@@ -100,13 +103,15 @@ def test_exponential_decay_crossing():
         None,
         t0=0.0,
         t1=5.0,
-        ts=np.array([0.0, 5.0]),
         save_fn=lambda t, y, a: y,
-        condition=lambda t, y, a: jnp.stack([0.5 - y, 0.1 - y]),
-        directions=[True, True],
-        names=["half", "tenth"],
-        rtol=1e-10,
-        atol=1e-12,
+        saveat=gf.SaveAt(
+            np.array([0.0, 5.0]),
+            events=[
+                gf.Event("half", lambda t, y, a: 0.5 - y, direction=True),
+                gf.Event("tenth", lambda t, y, a: 0.1 - y, direction=True),
+            ],
+        ),
+        solver=gf.Solver(rtol=1e-10, atol=1e-12),
     )
     assert [e.name for e in sol.events] == ["half", "tenth"]
     np.testing.assert_allclose(
@@ -119,9 +124,17 @@ def test_bad_arguments():
     with pytest.raises(
         ValueError, match="direction must be True, False or None, got 'up'"
     ):
-        _solve_oscillator(["up", None, None])
-    with pytest.raises(ValueError, match="got 3 directions but 2 names"):
-        _solve_oscillator([None, None, None], names=["a", "b"])
+        gf.Event("x", _x, direction="up")
+    with pytest.raises(ValueError, match="saveat must give the save times"):
+        gf.solve_with_events(
+            _oscillator,
+            jnp.array([1.0, 0.0]),
+            None,
+            t0=0.0,
+            t1=10.0,
+            save_fn=_save,
+            saveat=gf.SaveAt(events=EVENTS),
+        )
     with pytest.raises(ValueError, match="Event name must be a non-empty string"):
         gf.Event("", lambda t, p, c: 0.0)
     with pytest.raises(TypeError, match="cond_fn must be callable, got int"):
