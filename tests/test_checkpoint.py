@@ -2,13 +2,16 @@
 of steps, resumed from its checkpoint, ends *bit for bit* where an
 uninterrupted run ends; checkpoints of other calls are refused.
 
-Crashes are simulated by making the chunk function
-(`gradflow._loop.loop.run_chunk`) raise after a few calls, so the process
-state is lost exactly as in a kill between two checkpoint writes (the end-to-end
-SIGKILL test of the CLI is in `test_cli_run.py`). Chunks of 60 steps
-(`chunk_steps=60` instead of 1000) make these short runs cross many chunk
-boundaries; all runs here share that size, so they share one compilation per
-solve kind.
+Crashes and Ctrl-C are made through the public callbacks: every run here
+watches a user event, `tick` (cos(2 pi t / 100) crossing zero, every 50 time
+units), and a callback (called on the host between chunks of steps, for each
+event of the chunk just taken) raises or sends `SIGINT` at the N-th event. A
+crash then loses the process state exactly as a kill between two checkpoint
+writes does (the checkpoint holds the chunk before; the end-to-end SIGKILL test
+of the CLI is in `test_cli_run.py`). Chunks of 60 steps
+(`gf.Run(chunk_steps=60)` instead of 1000) make these short runs cross many
+chunk boundaries; all runs here share that size and the event, so they share
+one compilation per solve kind.
 """
 
 import json
@@ -17,25 +20,56 @@ import signal
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradflow as gf
 
-# An internal: its chunk function is patched to simulate a crash or a Ctrl-C
-# between two chunks.
-import gradflow._loop.loop as loop
-
 
 CHUNK = 60
 CHAIN = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-KW = dict(
-    width=8,
-    t1=1500.0,
-    run=gf.Run(progress=False, chunk_steps=CHUNK),
-)
+T1 = 1500.0
 SCALE = 1e-3
 DATA = Path(__file__).parent / "data"
+
+
+def _tick(t, params, problem):
+    return jnp.cos(2 * jnp.pi * t / 100.0)
+
+
+TICK = gf.Event("tick", _tick)
+
+
+def _integrate(
+    *,
+    chain=CHAIN,
+    stages=True,
+    callbacks=(),
+    tick=TICK,
+    solver=None,
+    rtol=None,
+    max_steps=4_000_000,
+    checkpoint=None,
+    checkpoint_every=120.0,
+    **kwargs,
+):
+    """`gf.integrate` of the sticky chain with the `tick` event, chunks of 60
+    steps, quiet; `kwargs` (`t1`, `seed`) and the named options override."""
+    args = {"width": 8, "t1": T1, **kwargs}
+    return gf.integrate(
+        chain,
+        SCALE,
+        saveat=gf.SaveAt(stages=stages, events=[tick], callbacks=callbacks),
+        solver=gf.Solver(solver, rtol=rtol, max_steps=max_steps),
+        run=gf.Run(
+            progress=False,
+            chunk_steps=CHUNK,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+        ),
+        **args,
+    )
 
 
 class _References(dict):
@@ -43,7 +77,7 @@ class _References(dict):
     without (`[False]`), each solved when first asked for."""
 
     def __missing__(self, stages: bool) -> gf.Trajectory:
-        self[stages] = gf.integrate(CHAIN, SCALE, saveat=gf.SaveAt(stages=stages), **KW)
+        self[stages] = _integrate(stages=stages)
         return self[stages]
 
 
@@ -52,22 +86,40 @@ def reference():
     return _References()
 
 
-def _crash_after(monkeypatch, calls: int, action=None):
-    """Makes the chunk function fail (or do `action`) at call number `calls`."""
-    real = loop.run_chunk
-    count = {"n": 0}
+class _Crash(Exception):
+    pass
 
-    def segment(*args, **kwargs):
-        count["n"] += 1
-        if count["n"] == calls:
+
+def _at_event(n: int, action=None):
+    """A callback that raises `_Crash` (or does `action`) at the `n`-th event
+    it sees: between two chunks of steps, on the host."""
+    seen = []
+
+    def callback(event, t, params):
+        seen.append(event.name)
+        if len(seen) == n:
             if action is None:
-                raise RuntimeError("simulated crash")
+                raise _Crash("simulated crash")
             action()
-        return real(*args, **kwargs)
 
-    # a flow's job calls loop.run_chunk once per chunk: a crash between chunks
-    monkeypatch.setattr(loop, "run_chunk", segment)
-    return count
+    return callback
+
+
+def _sigint():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _counting_tick():
+    """A `tick` event whose condition counts its calls (each trace of a solve
+    calls it): a checked call that refuses, or returns a finished run, must
+    not trace a solve. A new function, so no compiled solve has seen it."""
+    calls = []
+
+    def tick(t, params, problem):
+        calls.append(t)
+        return _tick(t, params, problem)
+
+    return gf.Event("tick", tick), calls
 
 
 def assert_same_trajectory(a: gf.Trajectory, b: gf.Trajectory):
@@ -83,9 +135,22 @@ def assert_same_trajectory(a: gf.Trajectory, b: gf.Trajectory):
     assert a.events == b.events
     assert a.ok and b.ok
     skip = {"wall_time", "resumed_from"}
-    assert {k: v for k, v in a.stats.items() if k not in skip} == {
-        k: v for k, v in b.stats.items() if k not in skip
+    assert {k: v for k, v in a.stats.to_dict().items() if k not in skip} == {
+        k: v for k, v in b.stats.to_dict().items() if k not in skip
     }
+
+
+def test_the_tick_event_fires_along_the_run(reference):
+    # what the crashes below stand on: ticks at 25 + 50 k, located during the
+    # solve, with the saddle events of the stages (a step longer than 50, on a
+    # late plateau, steps over two crossings: those are not seen)
+    ticks = np.array([e.t for e in reference[True].events if e.name == "tick"])
+    assert len(ticks) >= 10
+    np.testing.assert_allclose(
+        ticks, 25.0 + 50.0 * np.round((ticks - 25) / 50), rtol=1e-6
+    )
+    np.testing.assert_allclose(ticks[:10], np.arange(25.0, 500.0, 50.0), rtol=1e-6)
+    assert {"saddle_escape", "saddle_entry"} <= {e.name for e in reference[True].events}
 
 
 # Both kinds of solve run the same loop and the same checkpoint code (only the
@@ -93,111 +158,104 @@ def assert_same_trajectory(a: gf.Trajectory, b: gf.Trajectory):
 # crash-and-resume runs in the slow tier.
 @pytest.mark.parametrize("stages", [True, pytest.param(False, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("crash_at", [3, 8])
-def test_resume_after_crash_is_bit_identical(
-    reference, tmp_path, monkeypatch, stages, crash_at
-):
+def test_resume_after_crash_is_bit_identical(reference, tmp_path, stages, crash_at):
     ck = tmp_path / "run.ckpt.npz"
-    _crash_after(monkeypatch, crash_at)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        gf.integrate(
-            CHAIN,
-            SCALE,
-            saveat=gf.SaveAt(stages=stages),
-            run=gf.Run(checkpoint=ck, checkpoint_every=0),
-            **KW,
+    with pytest.raises(_Crash, match="simulated crash"):
+        _integrate(
+            stages=stages,
+            callbacks=[_at_event(crash_at)],
+            checkpoint=ck,
+            checkpoint_every=0,
         )
     assert ck.exists()
-    monkeypatch.undo()
-    resumed = gf.integrate(
-        CHAIN, SCALE, saveat=gf.SaveAt(stages=stages), run=gf.Run(checkpoint=ck), **KW
-    )
-    assert 0 < resumed.stats.resumed_from < KW["t1"]
+    resumed = _integrate(stages=stages, checkpoint=ck)
+    assert 0 < resumed.stats.resumed_from < T1
     assert_same_trajectory(reference[stages], resumed)
 
 
-def test_finished_checkpoint_returns_without_solving(reference, tmp_path, monkeypatch):
+def test_finished_checkpoint_returns_without_solving(reference, tmp_path):
     ck = tmp_path / "done.npz"
-    first = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
+    first = _integrate(checkpoint=ck)
     assert_same_trajectory(reference[True], first)
     assert first.stats.resumed_from is None
-    count = _crash_after(monkeypatch, 1)  # any solve would raise
-    again = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
-    assert count["n"] == 0
-    assert again.stats.resumed_from == KW["t1"]
+    seen = []
+    again = _integrate(checkpoint=ck, callbacks=[lambda *event: seen.append(event)])
+    assert again.stats.resumed_from == T1
+    # no step taken, no event located: the steps are the first run's
+    assert again.stats.num_steps == first.stats.num_steps and seen == []
     assert_same_trajectory(reference[True], again)
 
 
 def test_out_of_steps_then_resumed_with_more_steps(reference, tmp_path):
     ck = tmp_path / "steps.npz"
-    partial = gf.integrate(
-        CHAIN, SCALE, run=gf.Run(checkpoint=ck), solver=gf.Solver(max_steps=120), **KW
-    )
-    assert not partial.ok and "maximum number of steps (120)" in partial.message
-    assert 0 < partial.t_final < KW["t1"] and partial.ts[-1] == partial.t_final
+    partial = _integrate(checkpoint=ck, max_steps=100)
+    assert not partial.ok and "maximum number of steps (100)" in partial.message
+    assert bool(partial.result == gf.RESULTS.max_steps_reached)
+    # checked between chunks: the run stops after the chunk that passes 100
+    assert partial.stats.num_steps == 2 * CHUNK
+    assert 0 < partial.t_final < T1 and partial.ts[-1] == partial.t_final
     # Everything computed is kept: the saves up to there are the reference's.
     n = np.searchsorted(reference[True].ts, partial.t_final, side="right")
     np.testing.assert_array_equal(partial.loss[:n], reference[True].loss[:n])
     # max_steps is the one setting that may change: raise it and go on.
-    resumed = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
+    resumed = _integrate(checkpoint=ck)
     assert resumed.stats.resumed_from == partial.t_final
     assert_same_trajectory(reference[True], resumed)
 
 
-def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path, monkeypatch):
+def test_ctrl_c_returns_partial_then_resumes(reference, tmp_path):
     ck = tmp_path / "sigint.npz"
-    _crash_after(monkeypatch, 6, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(gf.Interrupted) as info:
-        gf.integrate(
-            CHAIN, SCALE, run=gf.Run(checkpoint=ck, checkpoint_every=1e9), **KW
+        _integrate(
+            checkpoint=ck, checkpoint_every=1e9, callbacks=[_at_event(6, _sigint)]
         )
     partial = info.value.result
     assert isinstance(info.value, KeyboardInterrupt)
     assert info.value.checkpoint == ck and ck.exists()
     assert not partial.ok and "interrupted at t = " in partial.message
+    assert bool(partial.result == gf.RESULTS.interrupted)
     assert f"the checkpoint '{ck}' holds the state" in partial.message
     assert str(info.value) == partial.message
-    assert 0 < partial.t_final < KW["t1"] and partial.ts[-1] == partial.t_final
+    assert 0 < partial.t_final < T1 and partial.ts[-1] == partial.t_final
+    # stopped at the end of the chunk in which Ctrl-C came
+    assert partial.stats.num_steps % CHUNK == 0
     n = np.searchsorted(reference[True].ts, partial.t_final, side="right")
     np.testing.assert_array_equal(partial.loss[:n], reference[True].loss[:n])
     # the SIGINT handler is restored afterwards
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    monkeypatch.undo()
-    resumed = gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck), **KW)
+    resumed = _integrate(checkpoint=ck)
     assert resumed.stats.resumed_from == partial.t_final
     assert_same_trajectory(reference[True], resumed)
 
 
-def test_ctrl_c_without_checkpoint_keeps_data(monkeypatch):
-    _crash_after(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGINT))
+def test_ctrl_c_without_checkpoint_keeps_data():
     with pytest.raises(gf.Interrupted, match="pass checkpoint=PATH") as info:
-        gf.integrate(CHAIN, SCALE, **KW)
+        _integrate(callbacks=[_at_event(3, _sigint)])
     assert info.value.checkpoint is None
     assert info.value.result.ts.size > 1 and not info.value.result.ok
 
 
-def test_deferred_interrupt_defers_once_and_respects_an_ignored_sigint():
-    # An internal with no public name: the driver's Ctrl-C handling.
-    from gradflow._loop.driver import deferred_interrupt
+def test_a_second_ctrl_c_stops_at_once_and_an_ignored_one_is_ignored(reference):
+    # The first Ctrl-C is deferred to the end of the chunk; a second one
+    # raises KeyboardInterrupt at once (here inside the callback), and Python's
+    # handler is back afterwards.
+    def twice():
+        _sigint()
+        _sigint()
 
-    previous = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt) as info:
+        _integrate(t1=300.0, callbacks=[_at_event(1, twice)])
+    assert not isinstance(info.value, gf.Interrupted)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # A process that ignores SIGINT (nohup, `cmd &` in a script) keeps
+    # ignoring it: Ctrl-C at the terminal must not stop a background run.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        with deferred_interrupt() as flag:
-            os.kill(os.getpid(), signal.SIGINT)  # the first one is deferred
-            assert flag.requested
-            with pytest.raises(KeyboardInterrupt):  # the second one is not
-                os.kill(os.getpid(), signal.SIGINT)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        # A process that ignores SIGINT (nohup, `cmd &` in a script) keeps
-        # ignoring it: Ctrl-C at the terminal must not stop a background run.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        with deferred_interrupt() as flag:
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGINT)
-            assert not flag.requested
+        traj = _integrate(t1=300.0, callbacks=[_at_event(1, _sigint)])
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert traj.ok and traj.t_final == 300.0
 
 
 @pytest.mark.parametrize(
@@ -208,21 +266,21 @@ def test_deferred_interrupt_defers_once_and_respects_an_ignored_sigint():
         (dict(solver="tsit5"), r"solver = \"ros34pw2\" there, \"tsit5\" here"),
         (dict(stages=False), r"stages = true there, false here"),
         (dict(rtol=1e-6), r"rtol = 1e-05 there, 1e-06 here"),
-        (dict(chain=gf.chains.sticky(6, 0.5, 0.5, 0.06)), r"the chain \(transition"),
+        (
+            dict(chain=gf.chains.sticky(6, 0.5, 0.5, 0.06)),
+            r"the problem's chain\.P differs",
+        ),
     ],
 )
-def test_checkpoint_of_another_call_is_refused(tmp_path, monkeypatch, change, match):
+def test_checkpoint_of_another_call_is_refused(tmp_path, change, match):
     ck = tmp_path / "other.npz"
-    _crash_after(monkeypatch, 2)
-    with pytest.raises(RuntimeError):
-        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=ck, checkpoint_every=0), **KW)
-    kwargs = {**KW, **change}
-    chain = kwargs.pop("chain", CHAIN)
-    count = _crash_after(monkeypatch, 1)
+    with pytest.raises(_Crash):
+        _integrate(callbacks=[_at_event(2)], checkpoint=ck, checkpoint_every=0)
+    tick, calls = _counting_tick()
     with pytest.raises(ValueError, match=match) as info:
-        gf.integrate(chain, SCALE, run=gf.Run(checkpoint=ck), **kwargs)
+        _integrate(checkpoint=ck, tick=tick, **change)
     assert str(ck) in str(info.value) and "\n" not in str(info.value)
-    assert count["n"] == 0  # refused before solving
+    assert calls == []  # refused before anything was traced
 
 
 def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
@@ -232,27 +290,32 @@ def test_bad_checkpoint_files_and_arguments(tmp_path, reference):
         ValueError,
         match="is a 'gradflow-trajectory' file, not a 'gradflow-checkpoint' file",
     ):
-        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=not_ck), **KW)
+        _integrate(checkpoint=not_ck)
     good = tmp_path / "good.npz"
-    gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=good), **KW)
+    _integrate(checkpoint=good)
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(good.read_bytes()[:1000])
     with pytest.raises(ValueError, match="damaged or truncated"):
-        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=truncated), **KW)
+        _integrate(checkpoint=truncated)
     with pytest.raises(ValueError, match="checkpoint must be a file path"):
-        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=tmp_path), **KW)
+        _integrate(checkpoint=tmp_path)
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
-        gf.integrate(CHAIN, SCALE, run=gf.Run(checkpoint=3), **KW)
+        _integrate(checkpoint=3)
     with pytest.raises(ValueError, match="checkpoint_every must be .* got -1.0"):
-        gf.integrate(
-            CHAIN, SCALE, run=gf.Run(checkpoint=good, checkpoint_every=-1), **KW
-        )
+        _integrate(checkpoint=good, checkpoint_every=-1)
 
 
 def test_chunk_size_does_not_change_the_solve(reference):
     """Chunks continue each other exactly: 1000-step chunks (the default for a
     model this size) give the 60-step chunks' trajectory bit for bit."""
-    traj = gf.integrate(CHAIN, SCALE, **{**KW, "chunk_steps": 1000})
+    traj = gf.integrate(
+        CHAIN,
+        SCALE,
+        width=8,
+        t1=T1,
+        saveat=gf.SaveAt(events=[TICK]),
+        run=gf.Run(progress=False),
+    )
     assert traj.stats.num_steps > CHUNK * 5
     assert_same_trajectory(reference[True], traj)
 
@@ -277,9 +340,10 @@ def test_checkpoint_of_another_format_version_is_refused(tmp_path):
     """A checkpoint written in another file-format version is refused with a
     message naming both versions (and the same call's checkpoint resumes)."""
     path = tmp_path / "ck.npz"
-    kw = dict(KW, checkpoint=path, max_steps=CHUNK)  # one chunk, then stopped
-    first = gf.integrate(CHAIN, SCALE, **kw)
-    assert not first.ok and 0 < first.t_final < KW["t1"]
+    kw = dict(checkpoint=path, max_steps=CHUNK)  # one chunk, then stopped
+    first = _integrate(**kw)
+    assert not first.ok and 0 < first.t_final < T1
+    assert first.stats.num_steps == CHUNK
     with np.load(path, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
     meta = json.loads(str(arrays["__gradflow__"]))
@@ -294,8 +358,8 @@ def test_checkpoint_of_another_format_version_is_refused(tmp_path):
         match=rf"has format version {ours + 1} \(gradflow 99\.0\); this gradflow "
         rf"\(.*\) writes version {ours}",
     ):
-        gf.integrate(CHAIN, SCALE, **dict(kw, checkpoint=newer))
+        _integrate(**dict(kw, checkpoint=newer))
     # the unchanged file is this call's: it resumes (out of steps again at once)
-    again = gf.integrate(CHAIN, SCALE, **kw)
+    again = _integrate(**kw)
     assert again.stats.resumed_from == first.t_final
     np.testing.assert_array_equal(again.loss, first.loss)
