@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from .._core.records import stage_events
+from .._core.validate import check_finite_entries
 from .._loop.loop import save_buffer_size
 from .._stages import generic_stages, matrix_spectra
 from .base import (
@@ -81,6 +82,13 @@ def check_start(problem: Problem, params: PyTree, dtype) -> PyTree:
     """A given starting point, checked (one point with the structure and
     shapes of `problem.init`'s, finite) and cast to `dtype`; a one-line
     `TypeError`/`ValueError` naming what is wrong otherwise."""
+    # Finite entries first, with NumPy alone: a non-finite start is refused
+    # before anything is traced (the shapes below trace `problem.init`).
+    for path, value in jax.tree_util.tree_flatten_with_path(params)[0]:
+        if isinstance(value, (np.ndarray, jax.Array)) and np.issubdtype(
+            value.dtype, np.inexact
+        ):
+            check_finite_entries("params" + jax.tree_util.keystr(path), value)
     like = jax.eval_shape(lambda: problem.init(jax.random.key(0), 1.0))
     want, got = jax.tree.structure(like), jax.tree.structure(params)
     if want != got:

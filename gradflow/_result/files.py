@@ -213,6 +213,10 @@ def read_result(cls, path, what: str):
     meta, arrays = read_file(path, cls.format_name, what)
     try:
         legacy = meta["format_version"] < 2
+        # the entries every result holds, before the problem is built (which
+        # runs JAX): an incomplete file is refused before anything is compiled
+        for key in ("settings", "stats"):
+            meta[key]
         if legacy:
             problem = legacy_problem(
                 path,

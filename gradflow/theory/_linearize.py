@@ -278,7 +278,8 @@ def linearize(
     ```
     """
     problem = as_problem(problem, params)
-    params = check_point(params, problem)
+    # The options first, the point after (checking it traces `problem.init`
+    # for its shapes): every bad argument is refused before anything is traced.
     method = check_method(method)
     tol = check_rel_tol(tol)
     n = sum(int(np.size(x)) for x in jax.tree.leaves(params))
@@ -296,6 +297,7 @@ def linearize(
             raise ValueError(
                 f"num_iters must lie in [num_modes = {k}, n = {n}], got {num_iters}"
             )
+    params = check_point(params, problem)
     flat = flatten_params(params)
     like = shape_of(params)
     grad = np.asarray(flat_grad(flat, problem, like))
