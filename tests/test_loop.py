@@ -2,8 +2,6 @@
 and `run_chunk` advances a batch of states under `vmap` exactly as it advances
 each alone (the property sweeps stand on)."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,22 +9,13 @@ import pytest
 
 import gradflow as gf
 
-# The pure chunk function and the pieces a flow builds it from (its checked
-# call, its Spec and its Observer) have no public names: these tests vmap the
-# chunk function directly and read the chunk size a flow's Spec gets.
-from gradflow._engine import loop
-from gradflow._flow.flow import solve_spec
-from gradflow._event.observe import Observer
-from gradflow._flow.setup import prepare
+# The loop's pure chunk function and its chunk-size rule have no public names:
+# these tests vmap the chunk function directly and check the rule on sizes no
+# test could afford to solve (private import: the loop itself is under test).
+from gradflow._loop import loop
 
 
 CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)
-KW = dict(
-    width=2,
-    t1=60.0,
-    saveat=gf.SaveAt(np.linspace(0.0, 60.0, 7)),
-    run=gf.Run(progress=False),
-)
 
 
 class _Compiles:
@@ -46,41 +35,23 @@ class _Compiles:
 # The default scenario's shapes (d = 6, width 8, the default number of saves),
 # whose staged solve other tests compile already; a short t1.
 SCENARIO = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-SCENARIO_KW = dict(
-    width=8,
-    t1=200.0,
-    saveat=gf.SaveAt(gf.default_save_times(200.0)),
-    run=gf.Run(progress=False),
-)
+SCENARIO_KW = dict(width=8, t1=200.0, run=gf.Run(progress=False))
+SCENARIO_TS = gf.default_save_times(200.0)
 
 
 # The bare kind compiles a solve of its own, so it is in the slow tier.
 @pytest.mark.parametrize("stages", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_second_solve_compiles_nothing(stages):
-    gf.integrate(SCENARIO, 1e-3, seed=0, saveat=gf.SaveAt(stages=stages), **SCENARIO_KW)
+    saveat = gf.SaveAt(SCENARIO_TS, stages=stages)
+    gf.integrate(SCENARIO, 1e-3, seed=0, saveat=saveat, **SCENARIO_KW)
     with _Compiles() as c:
-        traj = gf.integrate(
-            SCENARIO, 2e-3, seed=1, saveat=gf.SaveAt(stages=stages), **SCENARIO_KW
-        )
+        traj = gf.integrate(SCENARIO, 2e-3, seed=1, saveat=saveat, **SCENARIO_KW)
     assert traj.ok
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 
-def _setup(init_scale, seed, params=None, chunk_steps=None):
-    return prepare(
-        gf.problems.MarkovAttention(CHAIN, width=2),
-        init_scale=init_scale,
-        params=params,
-        t1=60.0,
-        ts=KW["ts"],
-        seed=seed,
-        solver=None,
-        rtol=1e-6,
-        atol=1e-9,
-        max_steps=10_000,
-        dtype="float64",
-        chunk_steps=chunk_steps,
-    )
+def _save(t, y, problem):
+    return {"loss": problem.loss(y), "params": y}
 
 
 @pytest.mark.slow
@@ -88,26 +59,34 @@ def test_run_chunk_under_vmap_equals_each_member():
     # Slow tier: the default tier checks the same property end to end
     # (tests/test_sweep.py: members equal their solo runs) and the batched
     # refresh (tests/test_solvers.py: cond_per_member).
-    observer = Observer(stages=True, thresholds=gf.StageThresholds())
-    setups = [_setup(1e-2, 0, chunk_steps=40), _setup(3e-2, 1, chunk_steps=40)]
-    spec = solve_spec(setups[0], observer)
-    assert spec.chunk_steps == 40
-    ts = jnp.asarray(KW["ts"])
+    problem = gf.problems.MarkovAttention(CHAIN, width=2)
+    spec = loop.Spec(
+        vector_field=gf.GradientFlow(),
+        solver=gf.solvers.ROS34PW2(),
+        controller=loop.make_controller(1e-6, 1e-9),
+        save_fn=_save,
+        chunk_steps=40,
+    )
+    ts = jnp.linspace(0.0, 60.0, 7)
     t1 = jnp.asarray(60.0)
     states = [
         loop.init_state(
-            spec, y0=s.params0, args=s.problem_dt, t0=jnp.asarray(0.0), t1=t1, ts=ts
+            spec,
+            y0=problem.init(jax.random.key(seed), scale),
+            args=problem,
+            t0=jnp.asarray(0.0),
+            t1=t1,
+            ts=ts,
         )
-        for s in setups
+        for seed, scale in ((0, 1e-2), (1, 3e-2))
     ]
     alone = []
-    for s, st in zip(setups, states, strict=True):
+    for st in states:
         for _ in range(3):
-            st = loop.run_chunk(spec, s.problem_dt, ts, t1, st)
+            st = loop.run_chunk(spec, problem, ts, t1, st)
         alone.append(st)
     batch = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    args = setups[0].problem_dt
-    step = jax.vmap(lambda st: loop.run_chunk(spec, args, ts, t1, st))
+    step = jax.vmap(lambda st: loop.run_chunk(spec, problem, ts, t1, st))
     for _ in range(3):
         batch = step(batch)
     for i, st in enumerate(alone):
@@ -129,31 +108,65 @@ def test_run_chunk_under_vmap_equals_each_member():
     ) != float(alone[1].t)
 
 
+def _zeros(d, m):  # only the sizes matter (and zeros compile nothing)
+    return gf.Params(*(np.zeros(s) for s in [(m, d), (d, m), (m, m), (m, m)]))
+
+
 def test_chunks_are_shorter_for_large_models():
     # The paper's models keep chunks of CHUNK_STEPS steps; a text-sized model
     # (a step takes about 0.5 s at d = 512) gets chunks of seconds, not minutes.
-    def zeros(d, m):  # only the sizes matter (and zeros compile nothing)
-        return gf.Params(*(np.zeros(s) for s in [(m, d), (d, m), (m, m), (m, m)]))
-
     def steps(d, m):
-        return loop.chunk_steps_for(zeros(d, m))
+        return loop.chunk_steps_for(_zeros(d, m))
 
-    assert steps(6, 8) == steps(6, 16) == loop.CHUNK_STEPS
+    assert steps(6, 8) == steps(6, 16) == loop.CHUNK_STEPS == 1000
     sizes = [steps(d, 16) for d in (32, 64, 128, 256, 512, 1024, 2048)]
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 4
     assert sizes[0] < loop.CHUNK_STEPS and sizes[-1] == 10
     assert steps(512, 16) * 0.5 < 30  # seconds per chunk at d = 512
-    # integrate's solve uses it, capped by max_steps
-    observer = Observer(stages=False, thresholds=gf.StageThresholds())
-    small = _setup(None, 0, params=zeros(3, 2))
-    assert solve_spec(small, observer).chunk_steps == loop.CHUNK_STEPS
-    big = dataclasses.replace(small, params0=zeros(256, 16))
-    assert solve_spec(big, observer).chunk_steps == steps(256, 16)
-    few = dataclasses.replace(small, max_steps=7)
-    assert solve_spec(few, observer).chunk_steps == 7
-    # chunk_steps= (gf.flow's keyword) overrides the default, still capped
-    given = _setup(None, 0, params=zeros(3, 2), chunk_steps=25)
-    assert solve_spec(given, observer).chunk_steps == 25
-    assert (
-        solve_spec(dataclasses.replace(given, max_steps=7), observer).chunk_steps == 7
+
+
+class _Stiff(gf.Problem):
+    """$L = \\frac12 \\sum_i 1000\\, \\theta_i^2$: Tsit5 takes steps of about
+    3e-3 (its stability limit), so a run to t1 = 100 stops at `max_steps`,
+    checked between chunks: at the end of the chunk that reaches it."""
+
+    lam: jax.Array
+
+    def loss(self, params):
+        return 0.5 * jnp.sum(self.lam * params**2)
+
+    def init(self, key, init_scale):
+        return init_scale * jax.random.normal(key, self.lam.shape)
+
+
+@pytest.mark.parametrize(
+    "n, chunk_steps, max_steps, stops_at",
+    [
+        (3, 25, 60, 75),  # Run(chunk_steps=) overrides the rule
+        (3, None, 7, 7),  # a chunk never exceeds max_steps
+        # 8704 parameters (d = 256, m = 16): chunks of the rule's size (the
+        # paper's model's chunks of CHUNK_STEPS: test_integrate.py's
+        # test_huge_init_scale_stops_with_a_clear_message)
+        pytest.param(
+            8704,
+            None,
+            50,
+            2 * loop.chunk_steps_for(np.zeros(8704)),
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_a_flow_runs_chunks_of_the_rule_or_of_chunk_steps(
+    n, chunk_steps, max_steps, stops_at
+):
+    assert loop.chunk_steps_for(np.zeros(8704)) < 50
+    traj = gf.flow(
+        _Stiff(jnp.full(n, 1000.0)),
+        params=jnp.ones(n),
+        t1=100.0,
+        saveat=gf.SaveAt([0.0, 100.0], stages=False),
+        solver=gf.Solver("tsit5", max_steps=max_steps),
+        run=gf.Run(progress=False, chunk_steps=chunk_steps),
     )
+    assert bool(traj.result == gf.RESULTS.max_steps_reached)
+    assert traj.stats.num_steps == stops_at
