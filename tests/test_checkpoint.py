@@ -267,6 +267,12 @@ def test_a_second_ctrl_c_stops_at_once_and_an_ignored_one_is_ignored(reference):
         (dict(stages=False), r"stages = true there, false here"),
         (dict(rtol=1e-6), r"rtol = 1e-05 there, 1e-06 here"),
         (
+            # the fields of a solver instance that differ from its defaults
+            dict(solver=gf.solvers.ROS34PW2(jacobian_tol=5.0, carry_basis=True)),
+            r'solver_options = null there, \{"jacobian_tol": 5\.0, "carry_basis": '
+            r"true\} here",
+        ),
+        (
             dict(chain=gf.chains.sticky(6, 0.5, 0.5, 0.06)),
             r"the problem's chain\.P differs",
         ),
