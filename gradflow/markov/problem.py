@@ -304,7 +304,7 @@ def observe_params(
             f"ts must be one time per saved point: got ts of shape {ts.shape} and "
             f"params with {np.shape(params.W0)[0]} points"
         )
-    dtype = jnp.asarray(params.W0).dtype
+    dtype = jnp.result_type(params.W0)  # (jnp.asarray compiles a copy per length)
     chain_dt = jax.tree.map(lambda x: jnp.asarray(x, dtype), chain)
     problem = MarkovAttention(
         chain_dt, int(np.shape(params.W0)[-2]), model_of(params), save_attention=False
