@@ -4,23 +4,13 @@ import dataclasses
 import json
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradflow as gf
-
-# The batched observation of saves and the detector's secant rate have no
-# public names: these tests count the former's compilations and batches and
-# check the latter on known curves.
-from gradflow._engine import stages as engine_stages
-from gradflow._stages import _observe_many, secant_rate
-
-# the observables the paper's stage detector reads, and the memory bound of a
-# batch of observations (shrunk in a test): internals of the paper's model
-from gradflow.markov import problem as markov_problem
-from gradflow.markov.stages import DETECTOR_KEYS
 
 
 CHAIN = gf.chains.sticky(4, 0.5, 0.5, 0.1)
@@ -86,8 +76,8 @@ def test_trajectory_file_with_stage_dicts_loads_as_stages(tmp_path):
         grad_norm=np.array([0.1, 0.1, 0.1]),
         params=p,
         problem=gf.problems.MarkovAttention(CHAIN, width=3),
-        settings={"width": 3},
-        stats={},
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
     )
     old = {"name": "condensation", "cycle": 1, "t_start": 0.0, "t_end": 4.0}
     old.update(loss_start=1.38, loss_end=1.2, tokens=[], token_labels=[])
@@ -154,13 +144,30 @@ def test_observe_shapes_and_values():
     assert float(out["loss"]) == pytest.approx(float(gf.population_loss(p, CHAIN)))
 
 
+class _Compiles:
+    """Records JAX's compilation events (trace, lower, compile) while active."""
+
+    def __enter__(self):
+        self.events = []
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event, duration, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            self.events.append(event)
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
 def test_observe_params_compiles_once_per_shape():
     ts = np.linspace(1.0, 10.0, 7)
     a = gf.markov.observe_params(ts, _params(7, seed=1), CHAIN, batch=4)
-    before = _observe_many._cached._cache_size()  # noqa: SLF001
+    other, params = gf.chains.random(4), _params(5, seed=2)
     # another run, another chain of the same d, another length: no new trace
-    gf.markov.observe_params(ts[:5], _params(5, seed=2), gf.chains.random(4), batch=4)
-    assert _observe_many._cached._cache_size() == before  # noqa: SLF001
+    with _Compiles() as c:
+        gf.markov.observe_params(ts[:5], params, other, batch=4)
+    assert c.events == []
     one = gf.markov.observe(
         jnp.asarray(ts[3]),
         jax.tree.map(lambda x: jnp.asarray(x[3]), _params(7, seed=1)),
@@ -169,32 +176,77 @@ def test_observe_params_compiles_once_per_shape():
     np.testing.assert_allclose(a["att_mass"][3], one["att_mass"], rtol=1e-12)
 
 
-def test_observe_params_batches_are_bounded_by_d_squared(monkeypatch):
-    # Memory: a batch holds a few (d, d) arrays per point, so the batch is
-    # capped at OBSERVE_BATCH_ENTRIES / d^2 points; the cap changes no value.
+def test_observe_params_in_batches_gives_the_same_values():
     ts = np.linspace(1.0, 10.0, 11)
     params = _params(11, seed=3)
     whole = gf.markov.observe_params(ts, params, CHAIN)
-    sizes = []
-    inner = engine_stages._observe_many  # noqa: SLF001
-
-    def spy(problem_, params_):
-        sizes.append(jax.tree.leaves(params_)[0].shape[0])
-        return inner(problem_, params_)
-
-    monkeypatch.setattr(engine_stages, "_observe_many", spy)
-    monkeypatch.setattr(markov_problem, "OBSERVE_BATCH_ENTRIES", 3 * CHAIN.d**2 + 1)
-    capped = gf.markov.observe_params(ts, params, CHAIN)
-    assert sizes == [3, 3, 3, 3]
+    batched = gf.markov.observe_params(ts, params, CHAIN, batch=3)
+    assert sorted(batched) == sorted(whole)
     for key in whole:
-        np.testing.assert_allclose(capped[key], whole[key], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(batched[key], whole[key], rtol=1e-13, atol=1e-15)
+
+
+# The size of each batch that `gf.problems.observe_saves` evaluates, recorded
+# when a problem's `observe` is traced under its `vmap` (a custom batching
+# rule sees the batch size).
+_BATCHES = []
+
+
+@jax.custom_batching.custom_vmap
+def _batch_probe(x):
+    return x
+
+
+@_batch_probe.def_vmap
+def _batch_probe_rule(axis_size, in_batched, x):
+    _BATCHES.append(axis_size)
+    return x, in_batched[0]
+
+
+class _Probe(gf.ObservedProblem):
+    """A vector of `n` parameters whose observation records its batch size."""
+
+    n: int = eqx.field(static=True)
+
+    def loss(self, params):
+        return jnp.sum(params**2)
+
+    def init(self, key, init_scale):
+        return init_scale * jax.random.normal(key, (self.n,))
+
+    def observe(self, params):
+        return {"norm2": _batch_probe(jnp.sum(params**2))}
+
+
+@pytest.mark.parametrize(
+    "n, batch, size",
+    [
+        (8, 512, 16),  # the bucket of 11 saves (save_buffer_size)
+        (8, 3, 3),  # the batch asked for
+        # Memory: a batch holds a few intermediates of up to (longest axis)^2
+        # entries per point (an attention matrix over the vocabulary), so at
+        # most 2^24 / longest^2 points go at once (gradflow/_problem/functions.py)
+        (2048, 512, 2**24 // 2048**2),
+    ],
+)
+def test_observe_saves_batches_are_bounded_by_the_longest_axis_squared(n, batch, size):
+    ts = np.linspace(1.0, 10.0, 11)
+    params = np.random.default_rng(n).normal(size=(11, n))
+    _BATCHES.clear()
+    obs = gf.problems.observe_saves(_Probe(n), ts, params, batch=batch)
+    assert _BATCHES == [size]  # one trace: every batch has that size
+    # the cap changes no value
+    np.testing.assert_allclose(obs["norm2"], (params**2).sum(axis=1), rtol=1e-13)
 
 
 def test_secant_rate_is_exact_on_a_line_and_averages_fast_wiggles():
+    # the rates of the stage detectors (gf.problems.Curves.rate): secants
+    # over `window` e-folds of t
     u = np.linspace(0.0, 5.0, 501)
-    np.testing.assert_allclose(secant_rate(u, 3.0 * u - 1.0, 0.03), 3.0, rtol=1e-12)
+    curves = gf.problems.Curves(np.exp(u), {}, 0.03)
+    np.testing.assert_allclose(curves.rate(3.0 * u - 1.0), 3.0, rtol=1e-12)
     wiggle = 2.0 * u + 1e-3 * np.sin(2 * np.pi * u / 0.01)  # period 0.01 < window
-    r = secant_rate(u, wiggle, 0.03)
+    r = curves.rate(wiggle)
     assert np.abs(r[5:-5] - 2.0).max() < 0.2
 
 
@@ -263,7 +315,12 @@ def test_detect_stages_needs_the_observations():
         TypeError, match="thresholds must be a gradflow.StageThresholds"
     ):
         gf.markov.detect_stages(ts, obs, chain=CHAIN, thresholds={"focus_rate": 1})
-    assert set(DETECTOR_KEYS) <= set(obs)
+    # the synthetic observations are what the detector reads: it needs each
+    for key in obs:
+        with pytest.raises(ValueError, match=rf"observations lack \['{key}'\]"):
+            gf.markov.detect_stages(
+                ts, {k: v for k, v in obs.items() if k != key}, chain=CHAIN
+            )
 
 
 def test_stages_from_params_gives_events_of_the_boundaries():
