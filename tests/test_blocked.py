@@ -1,5 +1,5 @@
 """The blocked closed form with its hand-written gradient
-(`gradflow/problems/_markov/blocked.py`): the same loss, gradient and
+(`gradflow/markov/blocked.py`): the same loss, gradient and
 Hessian-vector products as the autodiff of the closed form, to round-off;
 no intermediate larger than `block x d`; used by `MarkovAttention` from
 d = 256 on and not below."""
@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.markov.blocked import BLOCKED_MIN_D, default_block
+
+
+# From this vocabulary size on the paper's problem computes its loss in the
+# blocked form (docs/performance.md, "The closed form at large d").
+BLOCKED_MIN_D = 256
 
 
 def _hvp(loss, params, v, chain):
@@ -106,11 +110,13 @@ def test_not_differentiable_in_the_chain():
 
 def test_markov_attention_uses_it_from_the_threshold_on():
     """Below `BLOCKED_MIN_D` the problem's loss is the autodiff form (every
-    recorded small-d result bit for bit); from it on, the blocked form."""
+    recorded small-d result bit for bit); from it on, the blocked form, in
+    blocks of `gf.markov.default_block(d)` query tokens."""
     for d, blocked in ((BLOCKED_MIN_D - 1, False), (BLOCKED_MIN_D, True)):
         problem = gf.problems.MarkovAttention(gf.chains.sticky(d, 0.5, 0.5, 0.0))
         p = jax.eval_shape(problem.init, jax.random.key(0), 1e-3)
         jaxpr = str(jax.make_jaxpr(problem.loss)(p))
         assert ("scan" in jaxpr) == blocked
-    assert default_block(2048) * 2048 <= 2**16 and default_block(2048) >= 16
-    assert default_block(100) <= 100
+    block = gf.markov.default_block
+    assert block(2048) * 2048 <= 2**16 and block(2048) >= 16
+    assert block(100) <= 100
