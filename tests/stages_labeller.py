@@ -300,7 +300,7 @@ def label(c, *, H_pi, log_d, H_cond, loss0):
 
 
 def label_trajectory(traj):
-    ch = traj.chain
+    ch = traj.problem.chain
     P, pi = np.asarray(ch.P), np.asarray(ch.pi)
     c = curves(traj.ts, traj.params, P, pi)
     H_pi = float(-(pi * np.log(pi)).sum())
