@@ -220,6 +220,39 @@ def test_energy_identity_on_solved_trajectories(chain, seed):
     np.testing.assert_allclose(drop, dissipated, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("solver", ["tsit5", "dopri8", "bosh3"])
+def test_grad_eval_count_matches_a_counter(solver):
+    chain = gf.chains.random(3, seed=0)
+    params = random_params(3, 2, 0.5, 0)
+    calls = [0]
+
+    def count():
+        calls[0] += 1
+
+    class Counting(gf.GradientFlow):
+        def __call__(self, t, y, args):
+            jax.debug.callback(count)
+            return super().__call__(t, y, args)
+
+    import diffrax as dfx
+
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(Counting()),
+        gf.SOLVERS[solver](),
+        0.0,
+        50.0,
+        None,
+        params,
+        args=gf.problems.MarkovAttention(chain, width=2),
+        stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10),
+        max_steps=100_000,
+    )
+    jax.block_until_ready(sol.ys)
+    stats = {k: int(v) for k, v in sol.stats.items()}
+    # the count a Trajectory's stats report, checked against a real counter
+    assert gf.count_grad_evals(gf.SOLVERS[solver](), stats) == calls[0]
+
+
 def test_default_solver_grad_evals_per_step(condensation):
     # (moved from tests/test_solvers.py, whose default-path test is slow)
     assert condensation.settings.solver == gf.DEFAULT_SOLVER == "ros34pw2"

@@ -10,7 +10,6 @@ all of them. The full evaluation (28 trajectories, five families) is the
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
@@ -29,18 +28,6 @@ SMALL = [
 ]
 
 
-def _detect_on_default_grid(traj):
-    """What `integrate(stages=True)` does (as `sa.detect_on_default_grid`):
-    observe at every `sa.STAGES_STEP`-th dense save (the default save times)
-    and detect."""
-    idx = np.r_[0, np.arange(1, len(traj.ts), sa.STAGES_STEP)]
-    ts = np.asarray(traj.ts)[idx]
-    params = jax.tree.map(lambda x: np.asarray(x)[idx], traj.params)
-    chain = traj.problem.chain
-    obs = gf.markov.observe_params(ts, params, chain)
-    return gf.markov.detect_stages(ts, obs, chain=chain)
-
-
 @pytest.fixture(scope="module")
 def small_results():
     out = []
@@ -55,7 +42,7 @@ def small_results():
             run=gf.Run(progress=False),
         )
         assert traj.ok, traj.message
-        stages = _detect_on_default_grid(traj)
+        stages, _ = sa.detect_on_default_grid(traj, step=sa.STAGES_STEP)
         r = lab.check_trajectory(traj, stages)
         r["name"] = name
         out.append(r)
