@@ -20,7 +20,7 @@ import gradflow as gf
 
 
 # --8<-- [start:problem]
-class Factorisation(gf.Problem):
+class Factorisation(gf.SampledProblem):
     """1/2 |U V^T - M|^2 over U (n, rank) and V (m, rank)."""
 
     M: jax.Array
