@@ -40,12 +40,13 @@ from .model import attention_summary
 from .problem import MarkovAttention, chain_of
 
 
-# Tokens named in a legend or drawn in colour: the most frequent by pi; the
-# others are drawn thin and grey under one legend entry.
 TOP_TOKENS = 8
-# Attention heat maps show every token up to this d, else the TOP_ATTENTION
-# most frequent queries and keys and one column for the other keys together.
+r"""How many tokens a legend names (and a figure draws in colour): the most
+frequent by $\pi$; the others are drawn thin and grey under one legend entry."""
 TOP_ATTENTION = 16
+r"""Attention heat maps show every token up to this $d$, else the
+`TOP_ATTENTION` most frequent queries and keys and one column for the other
+keys together."""
 _BOUNDARY_EVENTS = (
     "saddle_entry",
     "focus_start",
