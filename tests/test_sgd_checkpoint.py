@@ -404,6 +404,11 @@ def finished_checkpoint(tmp_path_factory):
         ),
         (dict(init_scale=0.2), "init_scale = 0.3 there, 0.2 here"),
         (
+            # the problem's configuration (not an array: the same start)
+            dict(problem=Watched(gf.problems.MarkovAttention(CHAIN, 4, context=8))),
+            "problem inner.context = 16 there, 8 here",
+        ),
+        (
             dict(saveat=gf.SaveAt([0.0, 20.0])),
             "num_saves = 11 there, 2 here; the save steps differs",
         ),
