@@ -31,11 +31,10 @@ import jax
 import numpy as np
 
 import gradflow as gf
-from gradflow import theory
 
-# not public: the measurements of docs/paper.md on the rank-one manifold and
-# the closed-form linear flow (gradflow/theory/_paper.py)
-from gradflow.theory import _paper as pm
+# the measurements of docs/paper.md on the rank-one manifold and the
+# closed-form linear flow (gradflow.markov)
+from gradflow import markov as pm, theory
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -261,12 +260,12 @@ class Study:
 
     def unigram(self, key: str):
         """The critical point of the unigram plateau (loss H(pi))."""
-        H = float(self.flow(key).chain.unigram_entropy)
+        H = float(self.flow(key).problem.chain.unigram_entropy)
         return next(p for p in self.points(key) if abs(p.loss - H) <= 1e-6 * H)
 
     def post_focus(self, key: str):
         """The first converged saddle below the unigram plateau."""
-        H = float(self.flow(key).chain.unigram_entropy)
+        H = float(self.flow(key).problem.chain.unigram_entropy)
         return next(p for p in self.points(key) if p.converged and p.loss < H - 1e-3)
 
     def manifold_run(self, key: str, solver: str) -> gf.Trajectory:
@@ -280,7 +279,10 @@ class Study:
 
         def make():
             start = pm.onto_manifold(self.flow(key).at(self.unigram(key).index))
-            options = {"solver": "dopri8", "rtol": 1e-10, "stages": False}
+            options = {
+                "solver": gf.Solver("dopri8", rtol=1e-10),
+                "saveat": gf.SaveAt(stages=False),
+            }
             return gf.integrate(
                 self.scenario(key).chain(), params=start, t1=T1 - self.unigram(key).t,
                 run=gf.Run(progress=False), **(options if solver == "dopri8" else {}),
@@ -606,7 +608,8 @@ def blocks_at(problem, point) -> dict:
 
 
 def _saddle_rows(study: Study, key: str) -> list[Row]:
-    problem, chain = study.flow(key).problem, study.flow(key).chain
+    problem = study.flow(key).problem
+    chain = problem.chain
     rows = []
     refined = study.unigram(key).params
     q = float(np.linalg.norm(refined.WQ) * np.linalg.norm(refined.WK))
@@ -646,7 +649,7 @@ def rows_focus(study: Study) -> list[Row]:
     for key in study.settings.scenarios:
         rep = study.report(key)
         traj = study.flow(key)
-        chain = traj.chain
+        chain = traj.problem.chain
         pi = np.asarray(chain.pi)
         see = "[theory.md](theory.md#2-the-unigram-point-focus)"
         r = rep["unigram plateau loss"]
@@ -1063,7 +1066,7 @@ def rows_cycles(study: Study) -> list[Row]:
     rows = []
     for key in study.settings.scenarios:
         traj = study.flow(key)
-        h = SIGNIFICANT * float(traj.chain.unigram_entropy)
+        h = SIGNIFICANT * float(traj.problem.chain.unigram_entropy)
         for name, H in (("H(M), the pooled attention mass", pooled_entropy(traj)),
                         ("H_A, the pi-weighted attention entropy", np.asarray(traj.extras["att_entropy"]))):  # fmt: skip
             c = entropy_cycle(traj, H)
@@ -1128,7 +1131,7 @@ QUERIES = 4  # the query tokens followed: the most frequent ones after the top t
 
 def attention_curves(traj) -> np.ndarray:
     """A at every save, shape (saves, d, d)."""
-    chain = traj.chain
+    chain = traj.problem.chain
     return np.asarray(jax.vmap(lambda p: gf.attention(p, chain))(traj.params))
 
 
@@ -1140,7 +1143,7 @@ def query_story(traj, A, q: int, top: int) -> dict:
     half of its gain after that (dilution); the first save after that where
     q's largest attention weight is on itself (focus on itself)."""
     ts = np.asarray(traj.ts)
-    pi = np.asarray(traj.chain.pi)
+    pi = np.asarray(traj.problem.chain.pi)
     starts = [s.t_end for s in traj.stages if s.name == "condensation"]
     starts += [s.t_start for s in traj.stages if s.name == "focus"][:1]
     i0 = int(np.flatnonzero(ts <= min(starts))[-1])
@@ -1171,7 +1174,7 @@ def query_story(traj, A, q: int, top: int) -> dict:
 
 def rows_text(study: Study) -> list[Row]:
     traj = study.text()
-    chain = traj.chain
+    chain = traj.problem.chain
     pi = np.asarray(chain.pi)
     rank = {int(k): r + 1 for r, k in enumerate(np.argsort(-pi, kind="stable"))}
     tok = chain.tokens
