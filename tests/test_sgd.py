@@ -298,14 +298,14 @@ def test_tiny_lr_huge_batch_approaches_flow():
 
 @contextlib.contextmanager
 def _traces():
-    """The functions JAX traces (to compile them) inside the block, as a list
-    of their trace times, from JAX's own monitoring events: a call that
-    compiles nothing anew traces nothing."""
+    """The names of the functions JAX traces (to compile them) inside the
+    block, from JAX's own monitoring events: a call that compiles nothing
+    anew traces nothing."""
     traced = []
 
     def listener(event, duration, **kwargs):
         if event == "/jax/core/compile/jaxpr_trace_duration":
-            traced.append(duration)
+            traced.append(kwargs.get("fun_name", "?"))
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
