@@ -51,11 +51,11 @@ CHUNK_STEPS = 100
 _CACHE = {}
 
 
-def small_sweep(gf, **kwargs):
+def small_sweep(gf, **run_options):
     """The tests' sweep: 2 chains x 4 seeds of sticky(4, 0.5, 0.5, delta),
-    width 4, t1 = 400, chunks of `CHUNK_STEPS` steps (cached per keyword
-    arguments within a process)."""
-    key = tuple(sorted(kwargs.items()))
+    width 4, t1 = 400, chunks of `CHUNK_STEPS` steps; `run_options` (e.g.
+    `batch_size`) go to its `gf.Run` (cached per options within a process)."""
+    key = tuple(sorted(run_options.items()))
     if key not in _CACHE:
         _CACHE[key] = gf.sweep(
             [gf.chains.sticky(D, 0.5, 0.5, x) for x in DELTAS],
@@ -64,8 +64,7 @@ def small_sweep(gf, **kwargs):
             width=M,
             t1=T1,
             labels={"delta": DELTAS},
-            run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS),
-            **kwargs,
+            run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS, **run_options),
         )
     return _CACHE[key]
 

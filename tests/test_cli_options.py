@@ -74,13 +74,12 @@ def test_shared_options_take_one_form():
 
 def test_stated_defaults_are_the_library_s():
     import gradflow as gf
-    from gradflow._flow.solving import DEFAULT_MAX_STEPS, default_tolerances
 
     options = _options(_subparsers()["run"])
     assert f"(default: {gf.DEFAULT_SOLVER}," in options["--solver"].help
-    rtol, _ = default_tolerances(np.float64, 1e-3)
+    rtol, _ = gf.default_tolerances(np.float64, 1e-3)
     assert f"{rtol:g} for {gf.DEFAULT_SOLVER}" in options["--rtol"].help
-    assert f"{DEFAULT_MAX_STEPS})" in options["--max-steps"].help
+    assert f"{gf.Solver().max_steps})" in options["--max-steps"].help
 
 
 def test_negative_numbers_are_values_and_flags_are_not_guessed():
@@ -91,14 +90,3 @@ def test_negative_numbers_are_values_and_flags_are_not_guessed():
     assert args.lr == -20.0
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--vocab", "3"])  # not --vocab-size
-
-
-def test_sweep_checkpoint_path_per_group():
-    # an internal: where each (d, width) group of a sweep keeps its checkpoint
-    from gradflow._cli.sweep import _checkpoint_path
-
-    args = build_parser().parse_args(["sweep", "--checkpoint", "runs/sw.ckpt.npz"])
-    assert str(_checkpoint_path(args, 6, 8, several=False)) == "runs/sw.ckpt.npz"
-    assert str(_checkpoint_path(args, 6, 8, several=True)) == "runs/sw.ckpt_d6_w8.npz"
-    args = build_parser().parse_args(["sweep"])
-    assert _checkpoint_path(args, 6, 8, several=True) is None

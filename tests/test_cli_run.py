@@ -20,6 +20,10 @@ import gradflow as gf
 from gradflow.cli import main
 
 
+sys.path.insert(0, os.path.dirname(__file__))
+from ctrl_c import ctrl_c_when  # noqa: E402
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run300")
@@ -65,7 +69,7 @@ def test_figures_are_png_unless_pdf_is_asked_for(short_run, tmp_path):
 def test_cli_trajectory_stages_are_consistent(short_run):
     _, out = short_run
     traj = gf.load(out / "trajectory.npz")
-    chain = traj.chain
+    chain = traj.problem.chain
     cond, focus, dilution = [s for s in traj.stages if s.name != "plateau"]
     # Condensation ends on the unigram plateau H(pi).
     assert cond.loss_end == pytest.approx(float(chain.unigram_entropy), abs=2e-3)
@@ -173,20 +177,18 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "--init-scale must be finite and > 0, got -1.0" in capsys.readouterr().err
 
 
+def _cli_args(*args):
+    return list(map(str, args))
+
+
 def _cli(*args):
-    return [sys.executable, "-m", "gradflow.cli", *map(str, args)]
+    return [sys.executable, "-m", "gradflow.cli", *_cli_args(*args)]
 
 
-# The killed run is slowed down (chunks of 25 steps, 50 ms pause each) so that
-# the kill lands in the middle of the solve; chunking changes nothing in the
-# result (tests/test_checkpoint.py), so the resumed run uses the normal CLI.
-# The CLI has no chunk option: the internal chunk function and size are patched.
-_SLOW_CLI = (
-    "import sys, time, gradflow._loop.loop as e; real = e.run_chunk; "
-    "e.CHUNK_STEPS = 25; "
-    "e.run_chunk = lambda *a, **k: (time.sleep(0.05), real(*a, **k))[1]; "
-    "from gradflow.cli import main; sys.exit(main(sys.argv[1:]))"
-)
+# The killed run takes chunks of 5 steps, each followed by a checkpoint
+# write, so that the kill lands in the middle of the solve; chunking changes
+# nothing in the result (tests/test_checkpoint.py), so the resumed run uses
+# the default chunks.
 
 
 # Two `gradflow run` processes that each compile their solve: the integration
@@ -200,8 +202,8 @@ def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     common = ["run", "--t1", "3000", "--no-progress"]
     ck = tmp_path / "ck.npz"
     killed = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_CLI, *common, "--checkpoint", ck]
-        + ["--checkpoint-every", "0", "--out", tmp_path / "killed", "--no-figures"],
+        _cli(*common, "--checkpoint", ck, "--checkpoint-every", "0")
+        + _cli_args("--chunk-steps", "5", "--out", tmp_path / "killed", "--no-figures"),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -258,35 +260,24 @@ def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
     assert not traj.ok and 0 < traj.t_final < 300
 
 
-def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, monkeypatch, capsys):
+def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, capsys):
     """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
     and tables are written, the exit code is 130, and the checkpoint resumes."""
-    # an internal: its chunk function is patched to press Ctrl-C between chunks
-    import gradflow._loop.loop as loop_module
-
-    real = loop_module.run_chunk
-    calls = {"n": 0}
-
-    def segment(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    # Ctrl-C pressed at the third chunk (a flow's job calls loop.run_chunk)
-    monkeypatch.setattr(loop_module, "run_chunk", segment)
-    # chunks of 60 steps (the CLI has no chunk option): the interrupt lands
-    # inside the solve (of ~450 steps)
-    monkeypatch.setattr(loop_module, "CHUNK_STEPS", 60)
     out, ck = tmp_path / "out", tmp_path / "ck.npz"
     argv = ["run", "--t1", "300", "--no-progress", "--out", str(out)]
-    assert main([*argv, "--checkpoint", str(ck)]) == 130
+    # Ctrl-C pressed once the first chunk is done (its checkpoint is written:
+    # --checkpoint-every 0 writes after every chunk); chunks of 60 steps, so
+    # that it lands inside the solve (of ~450 steps)
+    with ctrl_c_when(ck.exists) as pressed:
+        code = main([*argv, "--checkpoint", str(ck), "--checkpoint-every", "0"]
+                    + ["--chunk-steps", "60"])  # fmt: skip
+    assert pressed and code == 130
     err = capsys.readouterr().err
     assert "interrupted at t = " in err and "partial trajectory" in err
     partial = gf.load(out / "trajectory.npz")
     assert not partial.ok and 0 < partial.t_final < 300
+    assert bool(partial.result == gf.RESULTS.interrupted)
     assert (out / "stages.csv").exists() and not (out / "summary.png").exists()
-    monkeypatch.undo()
     assert main([*argv, "--checkpoint", str(ck), "--no-figures"]) == 0
     assert gf.load(out / "trajectory.npz").stats.resumed_from == partial.t_final
 

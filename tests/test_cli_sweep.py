@@ -8,13 +8,6 @@ import pandas as pd
 import pytest
 
 import gradflow as gf
-
-# An internal: the CLI has no chunk option; its chunk size is patched to that of
-# `small_sweep`, whose compiled chunk the command then reuses.
-import gradflow._loop.loop as loop
-
-# Internals with no public name: the parsers of the command's value lists.
-from gradflow._cli.sweep import parse_seeds, parse_values
 from gradflow.cli import main
 
 
@@ -22,44 +15,91 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sweep_worker import CHUNK_STEPS, small_sweep  # noqa: E402
 
 
-def test_parse_values():
-    assert parse_values("delta", "0:0.1:11") == pytest.approx(np.linspace(0, 0.1, 11))
-    assert parse_values("delta", "0.01,0.05") == [0.01, 0.05]
-    assert parse_values("delta", "0.05") == [0.05]
-    assert parse_values("width", "4:16:4", integer=True) == [4, 8, 12, 16]
-    assert parse_seeds("3") == [0, 1, 2] and parse_seeds("2,7") == [2, 7]
-    with pytest.raises(ValueError, match=r"--delta must be start:stop:num"):
-        parse_values("delta", "0:1")
-    with pytest.raises(ValueError, match="--width takes integers"):
-        parse_values("width", "4.5", integer=True)
-    with pytest.raises(ValueError, match="--delta repeats a value"):
-        parse_values("delta", "0.1,0.1")
-    with pytest.raises(ValueError, match="--seeds must be >= 1"):
-        parse_seeds("0")
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--delta", "0:x:3", "--delta must be start:stop:num"),
+        ("--delta", "0:1", "--delta must be start:stop:num"),
+        ("--width", "4.5", "--width takes integers"),
+        ("--width", "4:8:4", "--width takes integers"),
+        ("--delta", "0.1,0.1", "--delta repeats a value"),
+        ("--delta", "0,inf", "--delta needs finite values"),
+        ("--seeds", "0", "--seeds must be >= 1"),
+        ("--seeds", "x", "--seeds must be a count or a comma list"),
+    ],
+)
+def test_bad_values_exit_2(capsys, tmp_path, flag, value, message):
+    """Each value list is read before anything runs: a bad one exits with 2
+    and one line naming the flag."""
+    assert main(["sweep", flag, value, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradflow sweep: error: ") and err.count("\n") == 1
+    assert message in err
 
 
 def test_bad_arguments_exit_2(capsys, tmp_path):
-    assert main(["sweep", "--delta", "0:x:3", "--out", str(tmp_path)]) == 2
-    assert "--delta must be start:stop:num" in capsys.readouterr().err
     assert main(["sweep", "--chain", "zipf", "--delta", "0.1"]) == 2
     assert "--delta is not a parameter of zipf" in capsys.readouterr().err
 
 
-def test_sweep_command_writes_sweep_table_figures(tmp_path, monkeypatch, capsys):
-    # (the CLI has no chunk option) small_sweep's chunk: its compilation reused
-    monkeypatch.setattr(loop, "CHUNK_STEPS", CHUNK_STEPS)
-    out = tmp_path / "out"
+def test_sweep_command_writes_sweep_table_figures(tmp_path, capsys):
+    # small_sweep's chunk (--chunk-steps): its compilation is reused. The
+    # values as a range (delta 0, 0.1) and a comma list (the seeds). One
+    # (d, width) group: the checkpoint is the path given.
+    out, ckpt = tmp_path / "out", tmp_path / "sw.ckpt.npz"
     argv = ["sweep", "--chain", "sticky", "--d", "4", "--width", "4"]
-    argv += ["--delta", "0,0.1", "--seeds", "4", "--t1", "400", "--no-progress"]
-    assert main([*argv, "--out", str(out)]) == 0
+    argv += ["--delta", "0:0.1:2", "--seeds", "0,1,2,3", "--t1", "400"]
+    argv += ["--chunk-steps", str(CHUNK_STEPS), "--no-progress"]
+    assert main([*argv, "--out", str(out), "--checkpoint", str(ckpt)]) == 0
+    assert [p.name for p in tmp_path.glob("*.npz")] == [ckpt.name]
     printed = capsys.readouterr().out
     assert "8 members (2 chains x 1 init scales x 4 seeds)" in printed
     sw = gf.load_sweep(out / "sweep.npz")
     ref = small_sweep(gf)
     np.testing.assert_allclose(sw.loss, ref.loss, rtol=1e-12, atol=0)
     assert [m.labels for m in sw.members] == [m.labels for m in ref.members]
+    assert [m.seed for m in sw.members] == [m.seed for m in ref.members]
     table = pd.read_csv(out / "stages.csv")
     assert len(table) == len(sw.table()) and "delta" in table
     for stem in ("sweep_summary", "phase_delta_new_direction", "phase_delta_focus"):
         assert (out / f"{stem}.png").stat().st_size > 10_000
         assert (out / f"{stem}.pdf").exists()
+
+
+@pytest.mark.slow  # two compilations (about 20 s on a busy machine)
+def test_checkpoint_and_output_per_group(tmp_path, capsys):
+    """Several (d, width) groups (here `--d 2:3:2`, d = 2 and 3) each write
+    into their own subfolder and their own checkpoint, `_d<d>_w<width>`
+    before the suffix; one group uses the paths as given. (Tiny bare solves
+    with Tsit5: two small compilations.)"""
+    common = ["sweep", "--chain", "zipf", "--width", "2", "--seeds", "2"]
+    common += ["--t1", "10", "--num-saves", "3", "--solver", "tsit5"]
+    common += ["--no-stages", "--no-figures", "--no-progress"]
+    out, ckpt = tmp_path / "groups", tmp_path / "sw.ckpt.npz"
+    argv = [*common, "--d", "2:3:2", "--out", str(out), "--checkpoint", str(ckpt)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "zipf d=2 width=2: 2 members" in printed
+    assert "zipf d=3 width=2: 2 members" in printed
+    assert not ckpt.exists()
+    for d in (2, 3):
+        assert (tmp_path / f"sw.ckpt_d{d}_w2.npz").exists()
+        sw = gf.load_sweep(out / f"d{d}_w2" / "sweep.npz")
+        assert sw.ok.all() and sw.problems[0].chain.d == d
+        # run again: each group resumes from its own (finished) checkpoint
+        assert sw.stats.resumed is False
+    assert main(argv) == 0
+    capsys.readouterr()
+    for d in (2, 3):
+        assert gf.load_sweep(out / f"d{d}_w2" / "sweep.npz").stats.resumed
+
+    one = tmp_path / "one"
+    argv = [*common, "--d", "2", "--out", str(one)]
+    assert main([*argv, "--checkpoint", str(tmp_path / "one.ckpt.npz")]) == 0
+    assert (tmp_path / "one.ckpt.npz").exists()
+    assert (one / "sweep.npz").exists() and not (one / "d2_w2").exists()
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt*.npz")) == [
+        "one.ckpt.npz",
+        "sw.ckpt_d2_w2.npz",
+        "sw.ckpt_d3_w2.npz",
+    ]

@@ -19,9 +19,9 @@ MAX_POSITIONAL = 5
 
 EXPECTED: set[tuple[str, str, str]] = {
     # Methods whose signatures Diffrax fixes (controller, solver).
-    ("_engine/resume.py", "init", "positional"),
-    ("_engine/resume.py", "adapt_step_size", "positional"),
-    ("_engine/watch.py", "step", "positional"),
+    ("_loop/resume.py", "init", "positional"),
+    ("_loop/resume.py", "adapt_step_size", "positional"),
+    ("_event/watch.py", "step", "positional"),
     ("solvers/base.py", "step", "positional"),
 }
 

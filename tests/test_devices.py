@@ -5,15 +5,23 @@ the devices."""
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import gradflow as gf
+
+# Private, tested for themselves: the policy that asks JAX for one CPU device
+# per core (what importing gradflow does), and how a sweep deals its members
+# to the devices (gf.sweep's results do not show where a member ran).
 from gradflow._core import devices
 from gradflow._sweep.batch import member_positions
+
+
+# JAX's setting as before anyone chose (importing gradflow in this process has
+# set it): passed to the policy instead of read from JAX
+UNSET = -1
 
 
 @pytest.fixture
@@ -26,30 +34,28 @@ def clean_env(monkeypatch):
         f for f in flags.split() if "xla_force_host_platform_device_count" not in f
     )
     monkeypatch.setenv("XLA_FLAGS", kept)
-    # JAX's setting as before anyone chose (importing gradflow in this process
-    # has set it)
-    config = types.SimpleNamespace(jax_num_cpu_devices=-1)
-    monkeypatch.setattr(devices, "jax", types.SimpleNamespace(config=config))
     return monkeypatch
 
 
 def test_one_device_per_core_unless_chosen(clean_env):
-    assert devices.requested_cpu_devices() == devices.host_cores()
+    assert devices.requested_cpu_devices(UNSET) == devices.host_cores()
+    # chosen through JAX's setting (as importing gradflow did here)
+    assert devices.requested_cpu_devices(2) is None
     clean_env.setenv(devices.ENV, "3")
-    assert devices.requested_cpu_devices() == 3
+    assert devices.requested_cpu_devices(UNSET) == 3
     clean_env.setenv(devices.ENV, "")
     clean_env.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    assert devices.requested_cpu_devices() is None
+    assert devices.requested_cpu_devices(UNSET) is None
     clean_env.setenv("XLA_FLAGS", "")
     clean_env.setenv("JAX_NUM_CPU_DEVICES", "2")
-    assert devices.requested_cpu_devices() is None
+    assert devices.requested_cpu_devices(UNSET) is None
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
 def test_bad_env_value_is_named(clean_env, value):
     clean_env.setenv(devices.ENV, value)
     with pytest.raises(ValueError, match=rf"GRADFLOW_CPU_DEVICES={value!r}"):
-        devices.requested_cpu_devices()
+        devices.requested_cpu_devices(UNSET)
 
 
 def test_too_late_is_not_an_error():

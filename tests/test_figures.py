@@ -59,8 +59,8 @@ def traj():
         grad_norm=np.ones(T),
         params=params,
         problem=gf.problems.MarkovAttention(chain, width=M),
-        settings={"width": M, "init_scale": 1e-3, "seed": 0},
-        stats={},
+        settings=gf.FlowSettings(init_scale=1e-3, seed=0),
+        stats=gf.FlowStats(),
         stages=tuple(sorted(stages, key=lambda s: s.t_start)),
         events=events,
         extras=observed,
@@ -97,16 +97,18 @@ def test_summary_at_d64(traj):
     mass = [lg for lg in legends if lg.get_title().get_text() == "key token"][0]
     texts = _legend_texts(mass)
     # the most frequent tokens by name, then one entry for the other 56
-    top = plot.top_tokens(traj.chain)
+    top = plot.top_tokens(traj.problem.chain)
     assert len(texts) == plot.TOP_TOKENS + 1
     assert texts[0] == f"the other {D - plot.TOP_TOKENS} tokens"
-    assert texts[1].startswith(plot.token_label(traj.chain, int(top[0])) + " (π = ")
+    assert texts[1].startswith(
+        plot.token_label(traj.problem.chain, int(top[0])) + " (π = "
+    )
     assert "the built-in corpus, 64 words" in fig._suptitle.get_text()  # pyright: ignore
     # one legend entry per stage kind drawn, each in its own colour
     stage_names = set(_legend_texts(legends[0])) & {"plateau", "condensation"}
     assert stage_names == {"plateau", "condensation"}
     assert plot.STAGE_COLORS["plateau"] != plot.STAGE_COLORS["condensation"]
-    plot._pyplot().close(fig)
+    plot.pyplot().close(fig)
 
 
 def test_pca_at_d64(traj):
@@ -116,7 +118,7 @@ def test_pca_at_d64(traj):
     texts = _legend_texts(legends[0])
     assert len([t for t in texts if "(π = " in t]) == plot.TOP_TOKENS
     assert f"the other {D - plot.TOP_TOKENS} tokens" in texts
-    plot._pyplot().close(fig)
+    plot.pyplot().close(fig)
 
 
 def test_attention_at_d64_names_tokens_and_stage_times(traj):
@@ -129,11 +131,11 @@ def test_attention_at_d64_names_tokens_and_stage_times(traj):
     assert any("focus start (cycle 2)" in t for t in titles)
     focus2 = next(s for s in traj.stages if s.name == "focus" and s.cycle == 2)
     assert any(f"t = {focus2.t_start:.4g} (A at save" in t for t in titles)
-    top = plot.top_tokens(traj.chain, plot.TOP_ATTENTION)
+    top = plot.top_tokens(traj.problem.chain, plot.TOP_ATTENTION)
     xticks = [t.get_text() for t in panels[0].get_xticklabels()]
-    assert xticks[:3] == [plot.token_label(traj.chain, int(k)) for k in top[:3]]
+    assert xticks[:3] == [plot.token_label(traj.problem.chain, int(k)) for k in top[:3]]
     assert xticks[-1] == f"other {D - plot.TOP_ATTENTION}"
-    plot._pyplot().close(fig)
+    plot.pyplot().close(fig)
 
 
 def test_compare_figure_at_d64(traj):
@@ -146,8 +148,8 @@ def test_compare_figure_at_d64(traj):
         train_loss=traj.loss,
         params=traj.params,
         problem=traj.problem,
-        settings={},
-        stats={},
+        settings=gf.SGDSettings(),
+        stats=gf.SGDStats(),
     )
     cmp = gf.compare(traj, run)
     fig = cmp.figure(title="the built-in corpus, 64 words")
@@ -159,4 +161,4 @@ def test_compare_figure_at_d64(traj):
     texts = _legend_texts(legends[0])
     assert any(t.startswith("$H(\\pi)$ = ") for t in texts)
     assert "plateau" in texts and "focus" in texts
-    plot._pyplot().close(fig)
+    plot.pyplot().close(fig)

@@ -9,9 +9,11 @@ imported, so this runs in well under a second).
   error-message helpers, type aliases, files, records). A private name used by
   another module is a sign that the concept lives in the wrong module.
 - Imports point down the layers: the foundations (`gradflow._core`) import
-  nothing else of gradflow, and the engine (`gradflow._engine`, with
-  `gradflow.solvers`) never imports a problem, the theory, SGD, text, the CLI
-  or the figures.
+  nothing else of gradflow, and the engine (`gradflow._problem`, `_flow`,
+  `_loop`, `_event`, `_stages`, `_result`, `_sweep`, `_options`, with
+  `gradflow.solvers`) never imports a problem (the paper's model,
+  `gradflow.markov`, included), the theory, SGD, text, the CLI or the
+  figures.
 - No module is longer than `MAX_MODULE_LINES` lines.
 
 `EXPECTED_CYCLE_EDGES` and `EXPECTED_PRIVATE` list what is known and not yet
@@ -34,9 +36,24 @@ FOUNDATIONS = "gradflow._core"
 
 # The lower layers (the engine and its solvers, never importing a problem) and
 # what they must not import (module prefixes: each also covers its submodules).
-LOWER_LAYERS = ("gradflow._engine", "gradflow.solvers", FOUNDATIONS)
+ENGINE = tuple(
+    f"gradflow.{name}"
+    for name in (
+        "_problem",
+        "_flow",
+        "_loop",
+        "_event",
+        "_stages",
+        "_result",
+        "_sweep",
+        "_options",
+        "solvers",
+    )
+)
+LOWER_LAYERS = (*ENGINE, FOUNDATIONS)
 HIGHER_LAYERS = (
     "gradflow.problems",
+    "gradflow.markov",
     "gradflow.theory",
     "gradflow._sgd",
     "gradflow.text",
@@ -224,27 +241,24 @@ def test_the_checker_sees_imports_up_the_layers(tmp_path):
     engine, are found; the engine importing a foundation, and a problem
     importing the engine, are not. A long module is found."""
     fake = tmp_path / "gradflow"
-    for sub in ("_core", "_engine", "problems", "problems/_markov"):
+    for sub in ("_core", "_flow", "problems", "markov"):
         (fake / sub).mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "_core" / "__init__.py").write_text("")
-    (fake / "_core" / "errors.py").write_text("from .._engine import flow\n")
+    (fake / "_core" / "errors.py").write_text("from .._flow import flow\n")
     (fake / "_core" / "files.py").write_text("from .errors import show\n")
-    (fake / "_engine" / "__init__.py").write_text("from .. import __version__\n")
-    (fake / "_engine" / "flow.py").write_text(
-        "from .._core.errors import show\n"
-        "def f():\n    from ..problems._markov import chain\n"
+    (fake / "_flow" / "__init__.py").write_text("from .. import __version__\n")
+    (fake / "_flow" / "flow.py").write_text(
+        "from .._core.errors import show\ndef f():\n    from ..markov import chain\n"
     )
-    (fake / "problems" / "__init__.py").write_text("from .._engine.flow import f\n")
-    (fake / "problems" / "_markov" / "__init__.py").write_text("")
-    (fake / "problems" / "_markov" / "chain.py").write_text(
-        "x = 1\n" * (MAX_MODULE_LINES + 1)
-    )
+    (fake / "problems" / "__init__.py").write_text("from .._flow.flow import f\n")
+    (fake / "markov" / "__init__.py").write_text("")
+    (fake / "markov" / "chain.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     edges, _ = _imports(_modules(fake))
     assert _layer_violations(edges) == [
         "gradflow._core.errors imports gradflow._flow.flow "
         "(a foundation imports only foundations)",
-        "gradflow._engine imports gradflow (a higher layer)",
+        "gradflow._flow imports gradflow (a higher layer)",
         "gradflow._flow.flow imports gradflow.markov.chain (a higher layer)",
     ]
     assert _long_modules(fake) == {"gradflow.markov.chain": MAX_MODULE_LINES + 1}

@@ -6,8 +6,8 @@
   or starts to, fails here. The runs are computed once for the module.
 - Slow tier: the same on `sticky(6, 0.5, 0.5, 0.05)`, and the real-text rows.
 - `gf.chains.from_pi`, the constructor of the main scenario's chain, and the
-  rank-one manifold of `gradflow/theory/_paper.py` (its invariance at a random
-  point, exactly).
+  rank-one manifold (`gf.markov.onto_manifold`, ...): its invariance at a
+  random point, exactly.
 """
 
 import importlib.util
@@ -23,9 +23,6 @@ import pytest
 
 import gradflow as gf
 from gradflow import theory
-
-# not public: the measurements of docs/paper.md
-from gradflow.theory import _paper as pm
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,10 +147,13 @@ def test_gauge_keeps_the_loss_and_projection_lands_on_the_manifold():
     chain = gf.chains.from_pi([0.7, 0.12, 0.1, 0.08], 0.5)
     p = _random_point()
     loss = float(gf.population_loss(p, chain))
-    assert abs(float(gf.population_loss(pm.manifold_gauge(p), chain)) - loss) < 1e-12
-    assert pm.manifold_distance(p) > 0.1
-    on = pm.onto_manifold(p)
-    assert pm.manifold_distance(on) < 1e-13
+    assert (
+        abs(float(gf.population_loss(gf.markov.manifold_gauge(p), chain)) - loss)
+        < 1e-12
+    )
+    assert gf.markov.manifold_distance(p) > 0.1
+    on = gf.markov.onto_manifold(p)
+    assert gf.markov.manifold_distance(on) < 1e-13
     assert np.all(np.asarray(on.W0)[1:] == 0) and np.all(np.asarray(on.WQ)[:, 1:] == 0)
 
 
@@ -162,26 +162,26 @@ def test_the_gradient_on_the_manifold_has_no_component_off_it():
     manifold: -grad L has exactly zero off-manifold coordinates, and the
     tangent basis is orthonormal and holds the gradient."""
     chain = gf.chains.from_pi([0.7, 0.12, 0.1, 0.08], 0.5)
-    on = pm.onto_manifold(_random_point(seed=1))
+    on = gf.markov.onto_manifold(_random_point(seed=1))
     grad = np.asarray(theory.flatten_params(jax.grad(gf.population_loss)(on, chain)))
-    mask = pm.manifold_mask(8, 4)
+    mask = gf.markov.manifold_mask(8, 4)
     assert np.abs(grad[mask]).max() > 1e-3
     assert np.all(grad[~mask] == 0.0)
-    T = pm.tangent_basis(on)
+    T = gf.markov.tangent_basis(on)
     np.testing.assert_allclose(T @ T.T, np.eye(T.shape[0]), atol=1e-12)
     assert np.linalg.norm(grad - T.T @ (T @ grad)) < 1e-12 * np.linalg.norm(grad)
 
 
 def test_score_alignment_and_linear_solution_at_zero_time():
     pi = np.array([0.7, 0.12, 0.1, 0.08])
-    assert pm.score_alignment(-3.0 * np.outer(pi, pi), pi) == pytest.approx(-1.0)
+    assert gf.markov.score_alignment(-3.0 * np.outer(pi, pi), pi) == pytest.approx(-1.0)
     chain = gf.chains.from_pi(pi, 0.5)
     # the shapes of the fast mode's origin (d = 4, width 8): its compiled
     # Hessian is reused
     origin = theory.origin_point(gf.Model(), 4, 8)
     lin = gf.linearize(chain, origin, method="dense")
     start = _random_point(seed=2)
-    x = pm.linear_solution(lin, origin, start, np.array([0.0]))
+    x = gf.markov.linear_solution(lin, origin, start, np.array([0.0]))
     np.testing.assert_allclose(
         x[0], np.asarray(theory.flatten_params(start)), atol=1e-12
     )

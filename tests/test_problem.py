@@ -109,7 +109,9 @@ def test_sgd_follows_the_flow(traj):
         t1=12.0,
         run=gf.Run(progress=False),
     )
-    assert run.ok and run.settings.source == "problem"
+    # trained on the problem itself (not a chain or a text made into one)
+    assert run.ok and isinstance(run.problem, EXAMPLE.Factorisation)
+    np.testing.assert_array_equal(run.problem.M, PROBLEM.M)
     flow = gf.flow(
         PROBLEM,
         params=start,

@@ -1,3 +1,6 @@
+import contextlib
+from collections import Counter
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,22 +11,39 @@ from conftest import random_params
 
 import gradflow as gf
 
-# Internal: the loss-drop crossing time `gf.compare` is built on, tested on
-# its own and used for a problem `gf.compare` does not take (it needs a chain).
-from gradflow._sgd.compare import crossing_time
 
-# The SGD loop's internals, tested directly: `FixedData` (a fixed dataset over
-# any problem's examples; the public route is `num_sequences=`) and
-# `sgd_chunk` (the compiled chunk: its cache shows whether a call recompiled).
-from gradflow._sgd.loop import FixedData, sgd_chunk
+def _sequences(chain, context: int, key, n: int) -> np.ndarray:
+    """`n` sequences of `context + 1` tokens of `chain`: the paper's model's
+    sampler for SGD (`MarkovAttention.sample`)."""
+    problem = gf.problems.MarkovAttention(chain, context=context)
+    return np.asarray(problem.sample(key, n))
 
-# The paper's model's finite-context loss from token counts: checked against
-# SPEC section 2 written out in NumPy, and used to redo a run by hand.
-from gradflow.markov.losses import context_counts, counted_context_loss
 
-# The samplers behind `MarkovAttention.sample`: their distributions are
-# tested directly (chi-square against P and pi, windows of a stream).
-from gradflow.markov.samplers import ChainSampler, WindowSampler
+class _Recorded(gf.SampledProblem):
+    """The paper's model as SGD sees it, with every batch it draws
+    (`sample`) and every batch it steps on (`sample_loss`) sent to the host
+    (`jax.debug.callback`) and kept in `DRAWN` and `USED`."""
+
+    inner: gf.problems.MarkovAttention
+
+    def loss(self, params):
+        return self.inner.loss(params)
+
+    def init(self, key, init_scale):
+        return self.inner.init(key, init_scale)
+
+    def sample(self, key, n):
+        batch = self.inner.sample(key, n)
+        jax.debug.callback(lambda b: DRAWN.append(np.asarray(b)), batch, ordered=True)
+        return batch
+
+    def sample_loss(self, params, batch):
+        jax.debug.callback(lambda b: USED.append(np.asarray(b)), batch, ordered=True)
+        return self.inner.sample_loss(params, batch)
+
+
+DRAWN: list[np.ndarray] = []
+USED: list[np.ndarray] = []
 
 
 # ------------------------------------------------------------------ sampling
@@ -55,7 +75,7 @@ def _chi2_pvalues(seqs, P, pi):
 
 def test_chain_sampler_matches_P_and_pi():
     chain = gf.chains.random(5, seed=7)
-    seqs = np.asarray(ChainSampler(chain, 30)(jax.random.key(0), 4000))
+    seqs = _sequences(chain, 30, jax.random.key(0), 4000)
     assert seqs.shape == (4000, 31) and seqs.dtype == np.int32
     assert seqs.min() >= 0 and seqs.max() <= 4
     P, pi = np.asarray(chain.P), np.asarray(chain.pi)
@@ -69,7 +89,7 @@ def test_chain_sampler_matches_P_and_pi():
 
 def test_chain_sampler_sticky_repeat_rate():
     chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
-    seqs = np.asarray(ChainSampler(chain, 200)(jax.random.key(3), 500))
+    seqs = _sequences(chain, 200, jax.random.key(3), 500)
     repeats = np.mean(seqs[:, 1:] == seqs[:, :-1])
     expected = float(jnp.sum(chain.pi * jnp.diag(chain.P)))
     n = seqs[:, 1:].size
@@ -77,34 +97,51 @@ def test_chain_sampler_sticky_repeat_rate():
     assert abs(repeats - expected) < 5 * np.sqrt(expected * (1 - expected) / n) * 3
 
 
-def test_window_sampler_and_fixed_data():
+def test_window_sampler():
+    # windows of a text's token ids (the sampler reads only the ids; the
+    # chain is the model's, here of any d)
     ids = jnp.arange(100, dtype=jnp.int32)
-    w = np.asarray(WindowSampler(ids, 9)(jax.random.key(0), 64))
+    problem = gf.problems.MarkovAttention(_small_chain(), context=9, text=ids)
+    w = np.asarray(problem.sample(jax.random.key(0), 64))
     assert w.shape == (64, 10)
     np.testing.assert_array_equal(np.diff(w, axis=1), 1)  # consecutive windows
     assert w[:, 0].min() >= 0 and w[:, -1].max() <= 99
-    # A fixed dataset of 20 sequences of 2 tokens (context 1) of the paper's
-    # model: batches are drawn from it, not from the problem.
-    problem = gf.problems.MarkovAttention(_small_chain(), context=1)
-    data = jnp.arange(40, dtype=jnp.int32).reshape(20, 2)
-    fixed = FixedData(problem, data)
-    b = np.asarray(fixed.sample(jax.random.key(1), 20))
-    np.testing.assert_array_equal(b, np.asarray(data))  # full batch: the dataset
-    b = np.asarray(fixed.sample(jax.random.key(1), 15))
-    rows = {tuple(r) for r in np.asarray(data)}
-    assert b.shape == (15, 2) and {tuple(r) for r in b} <= rows
-    assert len({tuple(r) for r in b}) == 15  # without replacement
-    # Its batch loss is the problem's (on tokens of the chain).
-    params, tokens = random_params(4, 3, 0.5, seed=0), data % 4
-    loss = fixed.sample_loss(params, tokens)
-    assert np.isfinite(loss) and loss == problem.sample_loss(params, tokens)
+
+
+def test_fixed_dataset_batches_are_drawn_from_it_without_replacement():
+    """`num_sequences=20`: a dataset of 20 sequences drawn once from the
+    problem; every step's batch is 15 of them, drawn without replacement
+    (as multisets: no sequence more often than the dataset holds it)."""
+    DRAWN.clear()
+    USED.clear()
+    problem = _Recorded(gf.problems.MarkovAttention(_small_chain(), 3, context=8))
+    run = gf.train_sgd(
+        problem,
+        init_scale=0.5,
+        sgd=gf.SGD(lr=0.1, batch_size=15, num_sequences=20),
+        t1=1.0,
+        saveat=gf.SaveAt([0.0, 1.0], stages=False),
+        run=gf.Run(progress=False),
+    )
+    assert run.ok and run.stats.num_steps == 10
+    # the problem drew once: the dataset
+    assert len(DRAWN) == 1 and DRAWN[0].shape == (20, 9)
+    dataset = Counter(tuple(r) for r in DRAWN[0])
+    # the first batch's loss (the train loss at t = 0), then one per step
+    assert len(USED) == 1 + 10
+    for batch in USED:
+        assert batch.shape == (15, 9)
+        assert not Counter(tuple(r) for r in batch) - dataset
+    # (the batches differ: drawn afresh at every step)
+    assert len({b.tobytes() for b in USED}) > 1
 
 
 # --------------------------------------------------- finite-context model
 
 
 def _numpy_loss(W0, W1, WQ, WK, seqs):
-    """SPEC section 2 written out position by position."""
+    """The finite-context loss of `docs/model.md` written out position by
+    position."""
     total = 0.0
     for seq in seqs:
         ctx, target = seq[:-1], seq[-1]
@@ -122,20 +159,19 @@ def _numpy_loss(W0, W1, WQ, WK, seqs):
 def test_finite_context_loss_and_gradient_against_numpy():
     d, m = 4, 3
     params = random_params(d, m, 0.7, seed=5)
-    seqs = np.asarray(
-        ChainSampler(gf.chains.random(d, seed=2), 12)(jax.random.key(4), 6)
-    )
+    chain = gf.chains.random(d, seed=2)
+    seqs = _sequences(chain, 12, jax.random.key(4), 6)
     arrays = [np.asarray(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")]
     ref = _numpy_loss(*arrays, seqs)
-    counted = counted_context_loss(params, *context_counts(jnp.asarray(seqs), d))
+    # SGD's loss of a batch (from the token counts of each sequence's context)
+    problem = gf.problems.MarkovAttention(chain, context=12)
+    counted = problem.sample_loss(params, jnp.asarray(seqs))
     np.testing.assert_allclose(float(counted), ref, rtol=1e-12)
     np.testing.assert_allclose(
         float(gf.finite_context_loss(params, seqs)), ref, rtol=1e-12
     )
 
-    grad = jax.grad(
-        lambda p: counted_context_loss(p, *context_counts(jnp.asarray(seqs), d))
-    )(params)
+    grad = jax.grad(lambda p: problem.sample_loss(p, jnp.asarray(seqs)))(params)
     h = 1e-6
     for k, name in enumerate(("W0", "W1", "WQ", "WK")):
         fd = np.zeros_like(arrays[k])
@@ -159,29 +195,28 @@ def _small_chain():
 
 # One small configuration (d=4, width 3, context 8, batch 16) shared by most
 # tests, so that they share compilations.
-SMALL = dict(
-    context=8,
-    run=gf.Run(progress=False, batch_size=16),
-)
+BATCH = 16
+SMALL = dict(context=8, run=gf.Run(progress=False))
 
 
 def test_full_batch_equals_gradient_descent():
+    """A dataset of 16 sequences and batches of 16: every step is a gradient
+    step on the dataset's loss, redone here by hand."""
+    DRAWN.clear()
     chain = _small_chain()
+    problem = _Recorded(gf.problems.MarkovAttention(chain, 3, context=8))
     p0 = random_params(4, 3, 0.5, seed=1)
     run = gf.train_sgd(
-        chain,
+        problem,
         p0,
-        sgd=gf.SGD(lr=0.3, num_sequences=16),
+        sgd=gf.SGD(lr=0.3, batch_size=BATCH, num_sequences=16),
         t1=1.5,
         saveat=gf.SaveAt([0.0, 1.5]),
-        **SMALL,
+        run=gf.Run(progress=False),
     )
-    data = ChainSampler(chain, 8)(
-        jax.random.split(jax.random.fold_in(jax.random.key(0), 0x5EED))[0], 16
-    )
-    grad = jax.jit(
-        jax.grad(lambda p: counted_context_loss(p, *context_counts(data, 4)))
-    )
+    [data] = DRAWN  # the dataset, drawn once
+    assert data.shape == (16, 9)
+    grad = jax.jit(jax.grad(lambda p: problem.inner.sample_loss(p, jnp.asarray(data))))
     p = p0
     for _ in range(5):
         p = jax.tree.map(lambda x, g: x - 0.3 * g, p, grad(p))
@@ -196,7 +231,7 @@ def test_full_batch_equals_gradient_descent():
 
 def test_results_do_not_depend_on_save_grid():
     chain = _small_chain()
-    kw = dict(init_scale=0.3, width=3, sgd=gf.SGD(lr=0.1), t1=3.0, **SMALL)
+    kw = dict(init_scale=0.3, width=3, sgd=gf.SGD(0.1, BATCH), t1=3.0, **SMALL)
     a = gf.train_sgd(chain, **kw)
     b = gf.train_sgd(chain, saveat=gf.SaveAt([0.0, 3.0]), **kw)
     assert len(a) > 2 and len(b) == 2
@@ -216,12 +251,13 @@ def test_results_do_not_depend_on_chunk_steps():
     kw = dict(
         init_scale=0.3,
         width=3,
-        sgd=gf.SGD(lr=0.1),
+        context=8,
+        sgd=gf.SGD(0.1, BATCH),
         t1=3.0,
         saveat=gf.SaveAt(np.linspace(0, 3, 7)),
     )
-    a = gf.train_sgd(chain, **kw, **SMALL)
-    b = gf.train_sgd(chain, run=gf.Run(chunk_steps=2), **kw, **SMALL)
+    a = gf.train_sgd(chain, **kw, run=gf.Run(progress=False))
+    b = gf.train_sgd(chain, **kw, run=gf.Run(progress=False, chunk_steps=2))
     np.testing.assert_array_equal(a.steps, np.arange(0, 31, 5))
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
         np.testing.assert_array_equal(x, y)
@@ -260,23 +296,35 @@ def test_tiny_lr_huge_batch_approaches_flow():
     assert gaps[2] < gaps[0] / 4
 
 
-def _compilations(fn) -> int:
-    """Entries in the compilation cache of an `eqx.filter_jit` function (one
-    per compiled signature; as tests/test_stages.py counts them)."""
-    return fn._cached._cache_size()  # noqa: SLF001
+@contextlib.contextmanager
+def _traces():
+    """The names of the functions JAX traces (to compile them) inside the
+    block, from JAX's own monitoring events: a call that compiles nothing
+    anew traces nothing."""
+    traced = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            traced.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield traced
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def test_new_chain_and_lr_do_not_recompile():
     kw = dict(init_scale=0.2, width=3, t1=1.0, saveat=gf.SaveAt([0.0, 1.0]), **SMALL)
-    gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), sgd=gf.SGD(lr=0.1), **kw)
-    before = _compilations(sgd_chunk)
-    assert before >= 1
-    gf.train_sgd(gf.chains.random(4, seed=9), sgd=gf.SGD(lr=0.25), seed=3, **kw)
-    gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(lr=0.5), **kw)
-    assert _compilations(sgd_chunk) == before
+    gf.train_sgd(gf.chains.sticky(4, 0.5, 0.5, 0.1), sgd=gf.SGD(0.1, BATCH), **kw)
+    with _traces() as traced:
+        gf.train_sgd(gf.chains.random(4, seed=9), sgd=gf.SGD(0.25, BATCH), seed=3, **kw)
+        gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(0.5, BATCH), **kw)
+    assert traced == []
     # The count can fail: another width is another compilation.
-    gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(lr=0.5), **{**kw, "width": 2})
-    assert _compilations(sgd_chunk) == before + 1
+    with _traces() as traced:
+        gf.train_sgd(gf.chains.zipf(4), sgd=gf.SGD(0.5, BATCH), **{**kw, "width": 2})
+    assert len(traced) >= 1
 
 
 def test_text_source_and_optimizer():
@@ -285,19 +333,20 @@ def test_text_source_and_optimizer():
         stream,
         init_scale=0.1,
         width=3,
-        sgd=gf.SGD(lr=0.5, optimizer=optax.sgd(0.5, momentum=0.5)),
+        sgd=gf.SGD(0.5, BATCH, optimizer=optax.sgd(0.5, momentum=0.5)),
         t1=10.0,
         **SMALL,
     )
-    assert run.ok and np.array_equal(run.chain.P, stream.chain.P)
-    assert run.settings.source == "text:builtin"
+    assert run.ok and np.array_equal(run.problem.chain.P, stream.chain.P)
+    # trained on windows of the text (not on sequences of its bigram chain)
+    np.testing.assert_array_equal(run.problem.text, stream.ids)
     assert run.population_loss[-1] < run.population_loss[0] - 0.05
     assert np.isfinite(run.train_loss).all()
 
 
 def test_save_load_roundtrip(tmp_path):
     run = gf.train_sgd(
-        _small_chain(), init_scale=0.2, width=3, sgd=gf.SGD(lr=0.5), t1=2.0, **SMALL
+        _small_chain(), init_scale=0.2, width=3, sgd=gf.SGD(0.5, BATCH), t1=2.0, **SMALL
     )
     path = run.save(tmp_path / "run.npz")
     back = gf.load_sgd(path)
@@ -306,7 +355,7 @@ def test_save_load_roundtrip(tmp_path):
     np.testing.assert_array_equal(back.train_loss, run.train_loss)
     np.testing.assert_array_equal(back.params.W0, run.params.W0)
     assert back.settings == run.settings and back.ok
-    np.testing.assert_allclose(back.chain.P, run.chain.P)
+    np.testing.assert_allclose(back.problem.chain.P, run.problem.chain.P)
     assert back.problem.context == 8 and back.problem.width == 3
     assert back.stages == run.stages and back.events == run.events
     # gf.load reads any result file: here an SGD run, the same as load_sgd.
@@ -320,8 +369,8 @@ def test_save_load_roundtrip(tmp_path):
         grad_norm=run.grad_norm,
         params=run.params,
         problem=run.problem,
-        settings={},
-        stats={},
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
     )
     traj.save(tmp_path / "traj.npz")
     with pytest.raises(
@@ -335,7 +384,12 @@ def test_save_load_roundtrip(tmp_path):
 
 def test_divergence_is_reported():
     run = gf.train_sgd(
-        _small_chain(), init_scale=3.0, width=3, sgd=gf.SGD(lr=1e200), t1=1e201, **SMALL
+        _small_chain(),
+        init_scale=3.0,
+        width=3,
+        sgd=gf.SGD(1e200, BATCH),
+        t1=1e201,
+        **SMALL,
     )
     assert not run.ok and "non-finite" in run.message and "lower lr" in run.message
 
@@ -343,12 +397,8 @@ def test_divergence_is_reported():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (
-            dict(sgd=gf.SGD(lr=0.0)),
-            ValueError,
-            "lr must be finite and > 0, got lr = 0.0",
-        ),
-        (dict(sgd=gf.SGD(lr=-1)), ValueError, "lr must be finite and > 0, got lr = -1"),
+        (dict(lr=0.0), ValueError, "lr must be finite and > 0, got lr = 0.0"),
+        (dict(lr=-1), ValueError, "lr must be finite and > 0, got lr = -1"),
         (dict(context=0), ValueError, "context must be >= 1, got context = 0"),
         (dict(batch_size=0), ValueError, "batch_size must be >= 1, got batch_size = 0"),
         (dict(batch_size=2.5), TypeError, "batch_size must be an integer"),
@@ -364,20 +414,29 @@ def test_divergence_is_reported():
     ],
 )
 def test_bad_input(kwargs, error, match):
-    base = dict(
-        init_scale=0.1,
-        width=3,
-        context=4,
-        sgd=gf.SGD(lr=0.1, batch_size=8),
-        t1=1.0,
-        run=gf.Run(progress=False),
-    )
+    """Each refused with a one-line error naming it: the options of `gf.SGD`
+    and `gf.SaveAt` when they are made, the others by `train_sgd`, before
+    anything is compiled."""
+    sgd = dict(lr=0.1, batch_size=8)
+    call = dict(init_scale=0.1, width=3, context=4, t1=1.0)
+    ts = kwargs.get("ts")
+    for name, value in kwargs.items():
+        if name in ("lr", "batch_size", "num_sequences", "optimizer"):
+            sgd[name] = value
+        elif name != "ts":
+            call[name] = value
     with pytest.raises(error, match=match):
-        gf.train_sgd(_small_chain(), **{**base, **kwargs})
+        gf.train_sgd(
+            _small_chain(),
+            **call,
+            sgd=gf.SGD(**sgd),
+            saveat=gf.SaveAt(ts),
+            run=gf.Run(progress=False),
+        )
 
 
 def test_bad_source_and_short_corpus():
-    with pytest.raises(TypeError, match="source must be a gradflow.MarkovChain"):
+    with pytest.raises(TypeError, match=r"expected a gradflow\.Problem .*got ndarray"):
         gf.train_sgd(np.eye(3), init_scale=0.1)
     stream = gf.text.encode("the cat sat on the mat and the dog", vocab_size=3)
     with pytest.raises(ValueError, match="corpus has 9 tokens, too few .* 33 tokens"):
@@ -393,14 +452,18 @@ def test_bad_source_and_short_corpus():
 # ------------------------------------------------------ a user-defined problem
 
 
-class LinearRegression(gf.Problem):
+class LinearRegression(gf.SampledProblem, gf.BoundedProblem):
     r"""$L(w) = \frac12 |w - w^*|^2$: the population loss of noiseless linear
-    regression, $y = w^* \cdot x$ with $x \sim \mathcal N(0, I)$.
+    regression, $y = w^* \cdot x$ with $x \sim \mathcal N(0, I)$; its floor
+    is 0.
 
     Defined at module level, so that a saved run names a class `gf.load` can
     import (`test_sgd:LinearRegression`)."""
 
     w_star: jax.Array
+
+    def loss_floor(self):
+        return 0.0
 
     def loss(self, params):
         return 0.5 * jnp.sum((params - self.w_star) ** 2)
@@ -457,7 +520,7 @@ def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
         run=gf.Run(progress=False),
     )
     assert run.ok and isinstance(run.problem, LinearRegression)
-    assert run.settings.source == "problem" and run.settings.batch_size == 256
+    assert run.settings.batch_size == 256
     assert run.stats.num_steps == 1500
     np.testing.assert_allclose(run.ts, ts, rtol=1e-12)
     # The saves are scored with the problem's loss.
@@ -497,17 +560,25 @@ def test_user_problem_trains_saves_and_follows_its_flow(tmp_path):
     assert run.population_loss[-1] < traj.loss[0] / 100  # a real drop
     gap = np.log(run.population_loss / traj.loss)
     assert np.max(np.abs(gap)) < 0.07
-    L0 = traj.loss[0]
-    for fraction in (0.5, 0.1, 0.01):
-        t_flow = crossing_time(traj.ts, traj.loss, fraction * L0)
-        t_sgd = crossing_time(run.ts, run.population_loss, fraction * L0)
+    # the crossings of L0 / 2, L0 / 10 and L0 / 100: the fractions 0.5, 0.9
+    # and 0.99 of the way from L0 to the floor, 0
+    cmp = gf.compare(traj, run, fractions=(0.5, 0.9, 0.99))
+    assert cmp.exact
+    np.testing.assert_allclose(cmp.levels, traj.loss[0] * np.array([0.5, 0.1, 0.01]))
+    for fraction, t_flow, t_sgd in zip(
+        (0.5, 0.1, 0.01), cmp.flow_crossings, cmp.sgd_crossings, strict=True
+    ):
         assert t_flow == pytest.approx(-np.log(fraction) / 2, rel=1e-3)
         assert abs(t_sgd / t_flow - 1) < 0.03, (fraction, t_sgd, t_flow)
 
 
 def test_user_problem_bad_input():
     problem = LinearRegression(jnp.ones(3))
-    with pytest.raises(ValueError, match="width is for a chain or a text source"):
+    with pytest.raises(
+        ValueError,
+        match="width is not an option of a LinearRegression: a problem carries its "
+        "own configuration, got width = 3",
+    ):
         gf.train_sgd(problem, init_scale=1.0, width=3, run=gf.Run(progress=False))
 
     class NoSampler(gf.Problem):
@@ -519,19 +590,36 @@ def test_user_problem_bad_input():
         def init(self, key, init_scale):
             return init_scale * jax.random.normal(key, self.w_star.shape)
 
-    with pytest.raises(TypeError, match="defines no sample and sample_loss"):
+    with pytest.raises(
+        TypeError,
+        match="problem must be a gradflow.SampledProblem to be trained by SGD: "
+        "NoSampler is a gradflow.Problem without sample and sample_loss",
+    ):
         gf.train_sgd(NoSampler(jnp.ones(3)), init_scale=1.0, run=gf.Run(progress=False))
 
 
 # ------------------------------------------------------------------- compare
 
 
-def test_crossing_time_interpolates_in_log_t():
+def test_crossing_times_interpolate_in_log_t():
+    """`gf.compare`'s crossing times: linear in log t between saves; `nan`
+    for a level never reached. (The levels 1.5, 1 and 0.1 are the fractions
+    0.25, 0.5 and 0.95 of the way from the start, 2, to the floor, 0.)"""
     ts = np.array([0.0, 1.0, 10.0, 100.0])
-    loss = np.array([2.0, 2.0, 1.0, 0.5])
-    assert crossing_time(ts, loss, 1.5) == pytest.approx(np.sqrt(10.0))
-    assert crossing_time(ts, loss, 1.0) == pytest.approx(10.0)
-    assert np.isnan(crossing_time(ts, loss, 0.1))
+    traj = gf.Trajectory(
+        ts=ts,
+        loss=np.array([2.0, 2.0, 1.0, 0.5]),
+        grad_norm=np.ones(4),
+        params=np.zeros((4, 2)),
+        problem=LinearRegression(jnp.ones(2)),
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
+    )
+    cmp = gf.compare(traj, traj, fractions=(0.25, 0.5, 0.95))
+    np.testing.assert_allclose(cmp.levels, [1.5, 1.0, 0.1])
+    assert cmp.flow_crossings[0] == pytest.approx(np.sqrt(10.0))
+    assert cmp.flow_crossings[1] == pytest.approx(10.0)
+    assert np.isnan(cmp.flow_crossings[2])
 
 
 def _synthetic_flow(chain, ts):
@@ -549,8 +637,8 @@ def _synthetic_flow(chain, ts):
         grad_norm=np.zeros_like(ts),
         params=p,
         problem=gf.problems.MarkovAttention(chain),
-        settings={},
-        stats={},
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
     )
 
 
@@ -572,8 +660,8 @@ def test_compare_flow_with_itself_and_shifted():
         grad_norm=late.grad_norm,
         params=late.params,
         problem=gf.problems.MarkovAttention(chain),
-        settings={},
-        stats={},
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
     )
     cmp = gf.compare(traj, late)
     assert not cmp.exact
@@ -592,12 +680,14 @@ def test_compare_bad_input():
             grad_norm=np.ones(3),
             params=p,
             problem=gf.problems.MarkovAttention(gf.chains.sticky(d)),
-            settings={},
-            stats={},
+            settings=gf.FlowSettings(),
+            stats=gf.FlowStats(),
         )
 
     a, b = fake(4), fake(5)
-    with pytest.raises(ValueError, match="d = 4 tokens but the SGD run has d = 5"):
+    with pytest.raises(
+        ValueError, match="the flow and the SGD run have parameters of different"
+    ):
         gf.compare(a, b)
     with pytest.raises(ValueError, match=r"fractions must lie in \(0, 1\)"):
         gf.compare(a, a, fractions=(0.5, 1.0))

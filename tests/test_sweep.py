@@ -49,7 +49,7 @@ def test_member_equals_solo_integrate(sw, i):
     assert traj.ok and solo.ok
     assert abs(traj.loss[-1] - solo.loss[-1]) <= 1e-6
     # the loss drops: through the unigram level and half-way to the final loss
-    unigram = float(solo.chain.unigram_entropy)
+    unigram = float(solo.problem.chain.unigram_entropy)
     for level in (np.log(D) - 0.01, unigram - 0.01, 0.5 * (unigram + solo.loss[-1])):
         a = crossing_time(traj.ts, traj.loss, level)
         b = crossing_time(solo.ts, solo.loss, level)
@@ -94,10 +94,10 @@ def test_members_in_c_order_with_labels(sw):
             i = c * len(SEEDS) + s
             m = sw.members[i]
             assert (m.index, m.problem, m.seed, m.init_scale) == (i, c, seed, 1e-3)
-            assert m.chain == m.problem  # the name of a sweep of chains
             assert m.labels == {"delta": DELTAS[c]}
             assert sw[i].settings.seed == seed
-            assert np.allclose(np.asarray(sw[i].chain.P), np.asarray(chains()[c].P))
+            chain = sw[i].problem.chain
+            assert np.allclose(np.asarray(chain.P), np.asarray(chains()[c].P))
     assert sw.ok.all() and sw.ok.shape == (len(sw),)
     assert sw.loss.shape == (len(sw), sw.ts.size)
     for i, traj in enumerate(sw):
@@ -181,17 +181,14 @@ def test_checkpoint_resume(sw, tmp_path):
     """A sweep stopped part-way (out of steps) and run again resumes from its
     checkpoint to the result of an uninterrupted sweep."""
     kwargs = dict(
-        init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, run=gf.Run(progress=False)
+        init_scale=1e-3, seeds=SEEDS, width=M, t1=T1, labels={"delta": DELTAS}
     )
-    kwargs["chunk_steps"] = CHUNK_STEPS
-    kwargs["labels"] = {"delta": DELTAS}
     path = tmp_path / "sweep.ckpt.npz"
-    stopped = gf.sweep(
-        chains(), **kwargs, solver=gf.Solver(max_steps=200), run=gf.Run(checkpoint=path)
-    )
+    run = gf.Run(progress=False, checkpoint=path, chunk_steps=CHUNK_STEPS)
+    stopped = gf.sweep(chains(), **kwargs, solver=gf.Solver(max_steps=200), run=run)
     assert not stopped.ok.any() and all(t.t_final < T1 for t in stopped)
     assert all("maximum number of steps" in t.message for t in stopped)
-    resumed = gf.sweep(chains(), **kwargs, run=gf.Run(checkpoint=path))
+    resumed = gf.sweep(chains(), **kwargs, run=run)
     assert resumed.stats.resumed and resumed.ok.all()
     np.testing.assert_array_equal(resumed.loss, sw.loss)
     for a, b in zip(resumed, sw, strict=True):
@@ -199,9 +196,7 @@ def test_checkpoint_resume(sw, tmp_path):
         assert a.stats.num_steps == b.stats.num_steps
         assert [s.name for s in a.stages] == [s.name for s in b.stages]
     with pytest.raises(ValueError, match="different call"):
-        gf.sweep(
-            chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), run=gf.Run(checkpoint=path)
-        )
+        gf.sweep(chains(), **dict(kwargs, seeds=[0, 1, 2, 5]), run=run)
 
 
 class _Quadratic(gf.Problem):
@@ -222,8 +217,8 @@ def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
     of two shapes or configurations, mixed with chains, or given with `width`
     (which the problems carry) are refused before anything is solved."""
     problems = [gf.problems.MarkovAttention(c, width=M) for c in chains()]
-    kw = dict(init_scale=1e-3, seeds=SEEDS, t1=T1, run=gf.Run(progress=False))
-    kw.update(labels={"delta": DELTAS}, chunk_steps=CHUNK_STEPS)
+    kw = dict(init_scale=1e-3, seeds=SEEDS, t1=T1, labels={"delta": DELTAS})
+    kw.update(run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS))
     of_problems = gf.sweep(problems, **kw)
     assert of_problems.members == sw.members
     assert of_problems.problems == tuple(problems)
@@ -251,14 +246,22 @@ def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
         match=r"of one class: problems\[1\] is a _Quadratic, problems\[0\] a Markov",
     ):
         gf.sweep([paper, other], **call)
-    with pytest.raises(TypeError, match=r"chains\[1\] must be a gradflow\.MarkovChain"):
+    # a chain among problems becomes the paper's model with the call's options
+    # (here the default width, 16): it differs from the others
+    with pytest.raises(
+        ValueError,
+        match=r"share their configuration: problems\[1\] \(d=4, m=4\) differs from "
+        r"problems\[0\] \(d=4, m=16\)",
+    ):
         gf.sweep([chain4, paper], **call)
     with pytest.raises(ValueError, match="must have arrays of equal shapes"):
         gf.sweep([paper, gf.problems.MarkovAttention(chain5, width=M)], **call)
     with pytest.raises(ValueError, match="must share their configuration"):
         gf.sweep([paper, gf.problems.MarkovAttention(chain4, width=M + 1)], **call)
     with pytest.raises(
-        ValueError, match="width is for sweeps of chains; a problem carries its own"
+        ValueError,
+        match=r"problems\[0\]: width is not an option of a MarkovAttention: a "
+        "problem carries its own configuration, got width = 4",
     ):
         gf.sweep(problems, width=M, **call)
 
@@ -271,15 +274,16 @@ def _bad_params():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(chains=[]), ValueError, "at least one chain"),
-        (dict(chains="sticky"), TypeError, "chains must be"),
-        (dict(chains=[1.0]), TypeError, r"chains\[0\] must be"),
+        (dict(chains=[]), ValueError, "problems must hold at least one problem"),
+        (dict(chains="sticky"), TypeError, r"expected a gradflow\.Problem .*got str"),
+        (dict(chains=[1.0]), TypeError, r"expected a gradflow\.Problem .*got float"),
         (
             dict(chains=[gf.chains.sticky(4), gf.chains.sticky(5)]),
             ValueError,
-            r"chains\[1\] has d = 5, chains\[0\] has d = 4",
+            r"equal shapes: problems\[1\] \(d=5, m=4\) differs from problems\[0\] "
+            r"\(d=4, m=4\)",
         ),
-        (dict(labels={"delta": [0.0]}), ValueError, "has 1 values for 2 chains"),
+        (dict(labels={"delta": [0.0]}), ValueError, "has 1 values for 2 problems"),
         (dict(labels={"seed": [0, 1]}), ValueError, "'seed' is a column"),
         (dict(labels=[0, 1]), TypeError, "labels must be a dict"),
         (dict(init_scale=[1e-3, -1.0]), ValueError, r"init_scale\[1\]: .*> 0"),
@@ -289,24 +293,37 @@ def _bad_params():
         (dict(seeds=[0, 1.5]), TypeError, r"seeds\[1\]"),
         (dict(seeds=[]), ValueError, "seeds must hold at least one"),
         (dict(params=_bad_params, init_scale=None), ValueError, "3-dimensional"),
-        (dict(devices=["cpu"]), TypeError, r"devices\[0\] must be a jax Device"),
+        (
+            dict(run_options=dict(devices=["cpu"])),
+            TypeError,
+            r"devices\[0\] must be a jax Device",
+        ),
         (dict(width=0), ValueError, "width must be >= 1"),
         (dict(t1=-1.0), ValueError, "t1 must be finite and > 0"),
         (dict(solver="nope"), ValueError, "unknown solver"),
-        (dict(batch_size=0), ValueError, "batch_size must be >= 1, got batch_size = 0"),
-        (dict(batch_size=2.0), TypeError, "batch_size must be an integer"),
+        (
+            dict(run_options=dict(batch_size=0)),
+            ValueError,
+            "batch_size must be >= 1, got batch_size = 0",
+        ),
+        (
+            dict(run_options=dict(batch_size=2.0)),
+            TypeError,
+            "batch_size must be an integer",
+        ),
     ],
 )
 def test_bad_input(kwargs, error, match):
-    call = dict(
-        chains=chains(), init_scale=1e-3, width=M, t1=T1, run=gf.Run(progress=False)
-    )
+    call = dict(chains=chains(), init_scale=1e-3, width=M, t1=T1)
     call.update(kwargs)
     if callable(call.get("params")):
         call["params"] = call["params"]()
     chains_ = call.pop("chains")
+    run_options = call.pop("run_options", {})
     with pytest.raises(error, match=match):
-        gf.sweep(chains_, **call)
+        # (the run's options are checked when the `gf.Run` is made, or by the
+        # sweep: both before anything is compiled)
+        gf.sweep(chains_, run=gf.Run(progress=False, **run_options), **call)
 
 
 def test_sweep_of_a_model_variant():
@@ -327,7 +344,7 @@ def test_sweep_of_a_model_variant():
         run=gf.Run(progress=False),
     )
     sw = gf.sweep(chain, init_scale=0.1, seeds=[0, 1], model=model, **kw)
-    assert sw.ok.all() and sw[0].settings.model == model.as_dict()
+    assert sw.ok.all() and sw[0].problem.model == model
     solo = gf.integrate(chain, 0.1, seed=1, model=model, **kw)
     np.testing.assert_allclose(sw[1].loss, solo.loss, rtol=1e-10, atol=0)
     starts = [gf.init_params(3, 2, 0.1, s, model=model) for s in (0, 1)]

@@ -5,9 +5,6 @@ import pytest
 
 import gradflow as gf
 
-# An internal: the tests shrink its read block to cut text at block boundaries.
-from gradflow.markov.text import _read
-
 
 GPL3 = Path("/usr/share/common-licenses/GPL-3")
 
@@ -160,31 +157,39 @@ def test_bad_vocab_size_and_smoothing():
         gf.text.load(None, level="byte")
 
 
-def test_cli_text_arguments(tmp_path):
-    import argparse
+# One step of SGD on the chain the text flags make (width 1, context 1):
+# the chain is read back from the run the command writes.
+_ONE_STEP = "sgd --width 1 --context 1 --batch-size 1 --t1 0.2 --no-progress".split()
 
-    # the CLI's text flags, parsed without running a command
-    from gradflow._cli.sgd import add_text_arguments, chain_from_text_args
 
-    parser = argparse.ArgumentParser()
-    add_text_arguments(parser)
-    assert chain_from_text_args(parser.parse_args([])) is None
+def _cli_chain(tmp_path, *flags):
+    from gradflow.cli import main
+
+    out = tmp_path / "out"
+    assert main([*_ONE_STEP, *flags, "--out", str(out)]) == 0
+    return gf.load_sgd(out / "sgd_run.npz").problem
+
+
+def test_cli_text_arguments(tmp_path, capsys):
+    from gradflow.cli import main
+
     path = tmp_path / "t.txt"
     path.write_text(ENGLISH, encoding="utf-8")
-    chain = chain_from_text_args(
-        parser.parse_args(["--text", str(path), "--vocab-size", "4"])
-    )
-    assert chain.tokens[0] == "the" and chain.d == 4
-    chain = chain_from_text_args(
-        parser.parse_args(["--text", "builtin", "--level", "char"])
-    )
+    problem = _cli_chain(tmp_path, "--text", str(path), "--vocab-size", "4")
+    assert problem.chain.tokens[0] == "the" and problem.chain.d == 4
+    assert problem.model == gf.Model()  # no model flags: the paper's model
+    assert main([*_ONE_STEP, "--text", str(tmp_path / "missing.raw")]) == 2
+    assert "--text: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two runs of SGD, each compiled (about 10 s)
+def test_cli_text_levels_and_tail(tmp_path):
+    chain = _cli_chain(tmp_path, "--text", "builtin", "--level", "char").chain
     assert chain.d == 30 and chain.tokens[0] == " "
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        chain_from_text_args(
-            parser.parse_args(["--text", str(tmp_path / "missing.raw")])
-        )
+    path = tmp_path / "t.txt"
+    path.write_text(ENGLISH, encoding="utf-8")
     args = ["--text", str(path), "--vocab-size", "40", "--level", "bpe"]
-    chain = chain_from_text_args(parser.parse_args([*args, "--tail", "drop"]))
+    chain = _cli_chain(tmp_path, *args, "--tail", "drop").chain
     assert chain.d == 40 and "<other>" not in chain.tokens and " the" in chain.tokens
 
 
@@ -225,11 +230,10 @@ def _reference(text, level, vocab_size):
 
 @pytest.mark.parametrize("level", ["word", "char"])
 @pytest.mark.parametrize("block", [13, 1000, 4 << 20])
-def test_streaming_matches_whole_text_reference(monkeypatch, tmp_path, level, block):
+def test_streaming_matches_whole_text_reference(tmp_path, level, block):
     # Blocks of 13 bytes cut the text almost everywhere: the pieces must still
     # join into exactly the tokens of the whole text (words, whitespace runs,
     # UTF-8 sequences, the blank line that joins the files of a folder).
-    monkeypatch.setattr(_read, "BLOCK_BYTES", block)
     parts = [
         ENGLISH,
         "Ünïcode wörds: naïve café, don't split — “quoted” ΣΟΦΊΑ σοφός\n\n\n",
@@ -239,10 +243,11 @@ def test_streaming_matches_whole_text_reference(monkeypatch, tmp_path, level, bl
         (tmp_path / f"{k}.txt").write_text(part, encoding="utf-8")
     text = "\n\n".join(parts)
     vocab, ids = _reference(text, level, 12)
-    stream = gf.text.encode(tmp_path, 12, level=level)
+    corpus = gf.text.load(tmp_path, level, block_bytes=block)
+    stream = gf.text.encode(corpus, 12, level=level)
     assert stream.chain.tokens == vocab
     np.testing.assert_array_equal(np.asarray(stream.ids), ids)
-    assert gf.text.load(tmp_path, level).tokens == tuple(gf.text.tokenize(text, level))
+    assert corpus.tokens == tuple(gf.text.tokenize(text, level))
 
 
 def test_builtin_streaming_matches_reference():
@@ -258,17 +263,20 @@ def test_ids_use_the_smallest_integer_type():
     assert gf.text.encode(None, 257).ids.dtype == np.uint16
 
 
-def test_non_utf8_offset_in_a_later_block(monkeypatch, tmp_path):
-    monkeypatch.setattr(_read, "BLOCK_BYTES", 64)
+def test_non_utf8_offset_in_a_later_block(tmp_path):
     path = tmp_path / "late.txt"
     path.write_bytes(("the cat sat " * 20).encode() + b"caf\xe9 " + b"ok " * 30)
     with pytest.raises(ValueError, match=r"byte 0xe9 at offset 243 cannot"):
-        gf.text.load(path)
+        gf.text.load(path, block_bytes=64)
     path.write_bytes(("the cat sat " * 20).encode() + b"\x00 tail")
     with pytest.raises(
         ValueError, match=r"binary file, not text \(a NUL byte at offset 240"
     ):
-        gf.text.load(path)
+        gf.text.load(path, block_bytes=64)
+    with pytest.raises(
+        ValueError, match="block_bytes must be >= 1, got block_bytes = 0"
+    ):
+        gf.text.load(path, block_bytes=0)
 
 
 def test_tail_drop_removes_the_rest_from_the_stream():

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import threadpoolctl
 
-# internals with no public name: the policy and the one driver of all solves
+# Private, tested for themselves: the BLAS-thread policy (set by the documented
+# GRADFLOW_BLAS_THREADS) and the one host driver that every flow, sweep and
+# SGD run goes through (each of its chunks runs under the policy).
 from gradflow._core.threads import ENV, blas_threads, limited_blas_threads
 from gradflow._loop.driver import Job, drive
 

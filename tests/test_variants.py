@@ -543,8 +543,8 @@ def test_save_and_load_rebuild_variant_params(tmp_path):
         problem=gf.problems.MarkovAttention(
             gf.chains.random(4, seed=0), width=3, model=model
         ),
-        settings={"model": model.as_dict(), "t1": 1.0},
-        stats={"num_steps": 1},
+        settings=gf.FlowSettings(t1=1.0),
+        stats=gf.FlowStats(num_steps=1),
     )
     back = gf.load(traj.save(tmp_path / "v.npz"))
     assert type(back.params) is gf.VariantParams and back.params.model == model
@@ -562,7 +562,6 @@ SGD_KW = dict(
     context=8,
     sgd=gf.SGD(lr=0.1, batch_size=16),
     t1=0.5,
-    run=gf.Run(progress=False),
 )
 
 
@@ -586,11 +585,12 @@ def test_sgd_batch_loss_is_the_finite_context_loss(model):
 def test_train_sgd_variant_settings_save_load_and_checkpoint(tmp_path):
     model = gf.Model(heads=2, residual=True)
     ckpt = tmp_path / "run.ckpt.npz"
+    checkpointed = gf.Run(progress=False, checkpoint=ckpt)
     run = gf.train_sgd(
-        SGD_CHAIN, init_scale=0.1, model=model, run=gf.Run(checkpoint=ckpt), **SGD_KW
+        SGD_CHAIN, init_scale=0.1, model=model, run=checkpointed, **SGD_KW
     )
     assert run.ok and type(run.params) is gf.VariantParams
-    assert run.params.model == model and run.settings.model == model.as_dict()
+    assert run.params.model == model and run.problem.model == model
     # the saved iterates are scored with the variant's population loss
     for i in (0, len(run) - 1):
         assert run.loss[i] == pytest.approx(
@@ -602,21 +602,31 @@ def test_train_sgd_variant_settings_save_load_and_checkpoint(tmp_path):
     for name in ("W0", "W1", "WQ", "WK"):
         assert np.array_equal(getattr(back.params, name), getattr(run.params, name))
     # the model is part of the checkpoint's fingerprint: refused before compiling
-    with pytest.raises(ValueError, match="different call.*model"):
+    with pytest.raises(
+        ValueError,
+        match=r"different call: problem model\.residual = true there, false here; "
+        r"problem model\.value = false there, true here",
+    ):
         gf.train_sgd(
             SGD_CHAIN,
             init_scale=0.1,
             model=gf.Model(heads=2, value=True),
-            run=gf.Run(checkpoint=ckpt),
+            run=checkpointed,
             **SGD_KW,
         )
     # the same call returns the finished run bit for bit
     again = gf.train_sgd(
-        SGD_CHAIN, init_scale=0.1, model=model, run=gf.Run(checkpoint=ckpt), **SGD_KW
+        SGD_CHAIN, init_scale=0.1, model=model, run=checkpointed, **SGD_KW
     )
     assert np.array_equal(again.params.WQ, run.params.WQ)
     with pytest.raises(ValueError, match="model = Model.*but params are for Model"):
-        gf.train_sgd(SGD_CHAIN, run.params[0], model=gf.Model(), **SGD_KW)
+        gf.train_sgd(
+            SGD_CHAIN,
+            run.params[0],
+            model=gf.Model(),
+            run=gf.Run(progress=False),
+            **SGD_KW,
+        )
 
 
 def test_compare_variant_uses_every_parameter():
@@ -631,8 +641,8 @@ def test_compare_variant_uses_every_parameter():
             grad_norm=np.ones(3),
             params=params,
             problem=gf.problems.MarkovAttention(SGD_CHAIN, width=2, model=model),
-            settings={"model": model.as_dict()},
-            stats={},
+            settings=gf.FlowSettings(),
+            stats=gf.FlowStats(),
         )
 
     stack = jax.tree.map(lambda x: np.stack([np.asarray(x)] * 3), p)
@@ -649,7 +659,9 @@ def test_compare_variant_uses_every_parameter():
         [1.1, 1.0, 0.9],
         model=gf.Model(),
     )
-    with pytest.raises(ValueError, match="model value\\+norm=rms but the SGD run"):
+    with pytest.raises(
+        ValueError, match="the flow and the SGD run have parameters of different"
+    ):
         gf.compare(flow, minimal)
 
 
@@ -734,18 +746,20 @@ def test_cli_model_flags_bad_values(command, flags, match, capsys, tmp_path):
     assert len(err.splitlines()) == 1 and match in err, err
 
 
-def test_cli_model_flags_parse():
-    # the CLI's model flags, parsed without running a command
-    from gradflow._cli.sgd import model_from_args
-    from gradflow.cli import build_parser
+def test_cli_model_flags_make_the_model(tmp_path):
+    """The model flags reach the model trained: one step of `gradflow sgd`
+    (the flags are shared with `run` and `sweep`: test_cli_run_full_combination
+    runs them through `run`; without them the model is the paper's, see
+    tests/test_text.py)."""
+    from gradflow.cli import main
 
-    flags = "--heads 2 --layers 2 --value --residual --norm rms".split()
-    for command in ("run", "sgd"):
-        args = build_parser().parse_args([command, *flags])
-        assert model_from_args(args) == gf.Model(
-            heads=2, layers=2, value=True, residual=True, norm="rms"
-        )
-        assert model_from_args(build_parser().parse_args([command])) == gf.Model()
+    out = tmp_path / "sgd"
+    argv = "sgd --heads 2 --layers 2 --value --residual --norm rms --d 3 --width 2"
+    argv += f" --context 2 --batch-size 2 --t1 0.2 --no-progress --out {out}"
+    assert main(argv.split()) == 0
+    run = gf.load_sgd(out / "sgd_run.npz")
+    model = gf.Model(heads=2, layers=2, value=True, residual=True, norm="rms")
+    assert run.problem.model == model and run.params.model == model
 
 
 @pytest.mark.slow

@@ -224,11 +224,26 @@ def chain_from_args(args: argparse.Namespace):
     )
 
 
+def add_chunk_steps_argument(parser, default: str) -> None:
+    """`--chunk-steps N`, [`gradflow.Run`][]'s `chunk_steps`: the same flag in
+    every subcommand that runs a loop of compiled chunks; `default` says its
+    default there."""
+    parser.add_argument(
+        "--chunk-steps",
+        metavar="N",
+        type=int,
+        default=None,
+        help="steps per compiled chunk: how often the host looks in (progress, "
+        "Ctrl-C, checkpoints); the results do not depend on it "
+        f"(default: {default})",
+    )
+
+
 def flow_options(args: argparse.Namespace):
     """`(saveat, solver, run)` of the flow options every subcommand that
     solves a flow shares (`--t1`, `--num-saves`, `--solver`, `--rtol`,
     `--atol`, `--max-steps`, `--no-stages`, `--no-progress`, `--checkpoint`,
-    `--checkpoint-every`): the library's [`gradflow.SaveAt`][],
+    `--checkpoint-every`, `--chunk-steps`): the library's [`gradflow.SaveAt`][],
     [`gradflow.Solver`][] and [`gradflow.Run`][]."""
     import gradflow as gf
 
@@ -253,5 +268,6 @@ def flow_options(args: argparse.Namespace):
         progress=not getattr(args, "no_progress", False),
         checkpoint=getattr(args, "checkpoint", None),
         checkpoint_every=getattr(args, "checkpoint_every", 120.0),
+        chunk_steps=getattr(args, "chunk_steps", None),
     )
     return saveat, solver, run

@@ -9,6 +9,7 @@ from pathlib import Path
 from .common import (
     LIBRARY_NAMES,
     add_chain_arguments,
+    add_chunk_steps_argument,
     add_subcommand,
     chain_from_args,
     fail,
@@ -141,6 +142,7 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
         default=120.0,
         help="seconds of wall time between checkpoint writes",
     )
+    add_chunk_steps_argument(g, "1000, fewer for large models")
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from .common import (
     LIBRARY_NAMES,
     add_chain_arguments,
+    add_chunk_steps_argument,
     add_subcommand,
     chain_from_args,
     existing_path,
@@ -258,6 +259,7 @@ def register(subparsers) -> None:
         default=120.0,
         help="seconds of wall time between checkpoint writes",
     )
+    add_chunk_steps_argument(o, "2000")
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     o.add_argument("--no-figures", action="store_true", help="skip the figure")
     o.add_argument(
@@ -348,6 +350,7 @@ def main(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 checkpoint=args.checkpoint,
                 checkpoint_every=args.checkpoint_every,
+                chunk_steps=args.chunk_steps,
             ),
             width=args.width,
             model=model,

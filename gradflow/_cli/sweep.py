@@ -12,7 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import add_subcommand, fail, flag_names, flow_options
+from .common import (
+    add_chunk_steps_argument,
+    add_subcommand,
+    fail,
+    flag_names,
+    flow_options,
+)
 from .sgd import add_model_arguments, model_from_args
 
 
@@ -161,6 +167,7 @@ def register(subparsers) -> None:
         "PATH with _d<d>_w<width> before the suffix (default: none, not "
         "resumable)",
     )
+    add_chunk_steps_argument(p, "1000, fewer for large models")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     add_model_arguments(p)
@@ -258,7 +265,7 @@ def run(args) -> int:
             labels: dict[str, Sequence] = {
                 name: [c[list(grid).index(name)] for c in combos] for name in swept
             }
-            saveat, solver, _ = flow_options(args)
+            saveat, solver, options = flow_options(args)
             start = time.perf_counter()
             sw = gf.sweep(
                 chains,
@@ -272,6 +279,7 @@ def run(args) -> int:
                     progress=not args.no_progress,
                     checkpoint=_checkpoint_path(args, d, width, len(groups) > 1),
                     batch_size=args.batch_size,
+                    chunk_steps=options.chunk_steps,
                 ),
                 width=width,
                 model=model,

@@ -32,10 +32,11 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def requested_cpu_devices() -> int | None:
+def requested_cpu_devices(configured: int | None = None) -> int | None:
     """How many CPU devices gradflow asks JAX for: `GRADFLOW_CPU_DEVICES` if
     set, else one per core; `None` when the user has chosen through JAX's own
-    settings."""
+    settings. `configured` is JAX's `jax_num_cpu_devices` (by default its
+    current value; `-1` when nobody has set it)."""
     value = os.environ.get(ENV, "").strip()
     if value:
         try:
@@ -49,7 +50,9 @@ def requested_cpu_devices() -> int | None:
         return count
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return None
-    if os.environ.get("JAX_NUM_CPU_DEVICES") or jax.config.jax_num_cpu_devices > 0:  # pyright: ignore[reportAttributeAccessIssue]
+    if configured is None:
+        configured = jax.config.jax_num_cpu_devices  # pyright: ignore[reportAttributeAccessIssue]
+    if os.environ.get("JAX_NUM_CPU_DEVICES") or configured > 0:
         return None
     return host_cores()
 

@@ -36,7 +36,7 @@ from .._loop.loop import (
 )
 from .._options import Run, SaveAt, Solver
 from .._problem.base import Problem
-from .._problem.files import fingerprint
+from .._problem.files import configuration, fingerprint
 from .._problem.functions import analyse, problem_loss_scale
 from .._result.codes import RESULTS
 from .._result.info import FlowStats
@@ -138,7 +138,11 @@ def _checkpointer(setup: FlowSetup) -> Checkpointer | None:
         "ts": setup.ts,
         **pack_tree("params0", setup.params0),
     }
-    settings = dict(setup.settings.to_dict(), checkpoint_layout=CHECKPOINT_LAYOUT)
+    settings = dict(
+        setup.settings.to_dict(),
+        **configuration(setup.problem),
+        checkpoint_layout=CHECKPOINT_LAYOUT,
+    )
     return Checkpointer(
         setup.run.checkpoint, "integrate", settings, inputs, setup.run.checkpoint_every
     )

@@ -166,9 +166,35 @@ def fingerprint(problem: Problem) -> dict[str, np.ndarray]:
     return problem_to_file(problem)[1]
 
 
+def configuration(problem: Problem) -> dict[str, Any]:
+    """What else a checkpoint of a run of `problem` must match: its class
+    (`"problem"`) and every field that is not an array, nested modules'
+    included (`"problem model.heads"`), as JSON-able values. (A field such as
+    the paper's model's `context` changes the run without changing an array.)"""
+    meta, _ = problem_to_file(problem)
+    out: dict[str, Any] = {"problem": meta["class"]}
+
+    def walk(fields: dict[str, Any], prefix: str) -> None:
+        for name, value in fields.items():
+            key = f"problem {prefix}{name}"
+            if isinstance(value, dict) and _ARRAY in value:
+                continue
+            if isinstance(value, dict) and _MODULE in value:
+                out[key] = value[_MODULE]
+                walk(value["fields"], f"{prefix}{name}.")
+            elif isinstance(value, dict) and _TUPLE in value:
+                out[key] = value[_TUPLE]
+            else:
+                out[key] = value
+
+    walk(meta["fields"], "")
+    return out
+
+
 __all__ = [
     "LEGACY_PROBLEMS",
     "class_path",
+    "configuration",
     "fingerprint",
     "import_class",
     "problem_from_file",

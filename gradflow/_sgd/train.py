@@ -32,7 +32,7 @@ from .._loop.driver import drive, interrupted, interrupted_message
 from .._options import SGD, Run, SaveAt, as_run, as_saveat, as_sgd
 from .._problem.adapt import as_problem
 from .._problem.base import Problem, SampledProblem
-from .._problem.files import fingerprint as problem_fingerprint
+from .._problem.files import configuration, fingerprint as problem_fingerprint
 from .._problem.functions import analyse, astype, check_sampled, problem_loss_scale
 from .._result.codes import RESULTS
 from .checkpoint import fingerprint, optimizer_repr
@@ -120,7 +120,11 @@ def _prepare(problem, params, *, init_scale, seed, t1, sgd, saveat, run, options
         # Reads an existing file: a checkpoint of another call is refused here,
         # before anything is compiled.
         fp_settings, fp_inputs = fingerprint(
-            dict(settings.to_dict(), checkpoint_layout=CHECKPOINT_LAYOUT),
+            dict(
+                settings.to_dict(),
+                **configuration(problem),
+                checkpoint_layout=CHECKPOINT_LAYOUT,
+            ),
             optimizer=optimizer,
             opt=opt,
             params0=params0,

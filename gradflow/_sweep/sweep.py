@@ -30,7 +30,7 @@ from .._loop.driver import drive, interrupted, interrupted_message
 from .._options import Run, SaveAt, Solver, as_run, as_saveat, as_solver
 from .._problem.adapt import as_problem
 from .._problem.base import Problem
-from .._problem.files import fingerprint
+from .._problem.files import configuration, fingerprint
 from .._problem.functions import describe
 from .batch import SweepJob, build_batch, stack, to_host
 from .result import RESERVED_COLUMNS, Member, Sweep, SweepSettings, SweepStats
@@ -376,7 +376,12 @@ def _checkpointer(plan: _Plan, settings: SweepSettings) -> Checkpointer | None:
     return Checkpointer(
         plan.run.checkpoint,
         "sweep",
-        dict(settings.to_dict(), layout=CHECKPOINT_LAYOUT),
+        # (the problems share their configuration: `check_problems`)
+        dict(
+            settings.to_dict(),
+            **configuration(plan.problems[0]),
+            layout=CHECKPOINT_LAYOUT,
+        ),
         inputs,
         plan.run.checkpoint_every,
     )

@@ -24,7 +24,6 @@ import equinox as eqx
 import numpy as np
 
 from .._core.threads import limited_blas_threads
-from .._problem.functions import loss_levels
 from .._result.trajectory import Trajectory
 from ..plot._base import (
     STAGE_COLORS,
@@ -40,12 +39,13 @@ from .model import attention_summary
 from .problem import MarkovAttention, chain_of
 
 
-# Tokens named in a legend or drawn in colour: the most frequent by pi; the
-# others are drawn thin and grey under one legend entry.
 TOP_TOKENS = 8
-# Attention heat maps show every token up to this d, else the TOP_ATTENTION
-# most frequent queries and keys and one column for the other keys together.
+r"""How many tokens a legend names (and a figure draws in colour): the most
+frequent by $\pi$; the others are drawn thin and grey under one legend entry."""
 TOP_ATTENTION = 16
+r"""Attention heat maps show every token up to this $d$, else the
+`TOP_ATTENTION` most frequent queries and keys and one column for the other
+keys together."""
 _BOUNDARY_EVENTS = (
     "saddle_entry",
     "focus_start",
@@ -367,17 +367,6 @@ def _(problem: MarkovAttention, traj):
     if any(e.name in _BOUNDARY_EVENTS for e in traj.events):
         out["attention"] = attention_figure
     return out
-
-
-@loss_levels.register
-def _(problem: MarkovAttention) -> dict[str, tuple[str, float]]:
-    """$\\log d$, $H(\\pi)$ (the first plateau) and $H(P|\\pi)$ (the floor)."""
-    levels = entropy_bounds(problem.chain)
-    return {
-        "log_d": (r"$\log d$", levels["log_d"]),
-        "unigram": (r"$H(\pi)$", levels["unigram"]),
-        "conditional": (r"$H(P|\pi)$", levels["conditional"]),
-    }
 
 
 __all__ = [

@@ -20,9 +20,9 @@ from .._core.validate import check_integer
 from .._problem.adapt import as_problem
 from .._problem.base import Analysis, BoundedProblem, SampledProblem, StagedProblem
 from .._problem.files import register_legacy_problem
-from .._problem.functions import astype, observe_saves, params_dtype
+from .._problem.functions import astype, loss_levels, observe_saves, params_dtype
 from .blocked import BLOCKED_MIN_D, default_block
-from .chain import MarkovChain
+from .chain import MarkovChain, entropy_bounds
 from .losses import batch_loss
 from .model import (
     AnyParams,
@@ -188,6 +188,17 @@ class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem):
                 _attention_many(jax.tree.map(jnp.asarray, params), problem_dt.chain)
             )
         return Analysis(stages=stages, events=events, extras=extras)
+
+
+@loss_levels.register
+def _(problem: MarkovAttention) -> dict[str, tuple[str, float]]:
+    """$\\log d$, $H(\\pi)$ (the first plateau) and $H(P|\\pi)$ (the floor)."""
+    levels = entropy_bounds(problem.chain)
+    return {
+        "log_d": (r"$\log d$", levels["log_d"]),
+        "unigram": (r"$H(\pi)$", levels["unigram"]),
+        "conditional": (r"$H(P|\pi)$", levels["conditional"]),
+    }
 
 
 def markov_problem(

@@ -29,6 +29,8 @@ machine: [`order_parameter_figure`][gradflow.plot.order_parameter_figure],
 # The generic figures first: the problems' figures below build on them and
 # register themselves with `figures`.
 from ..markov.plot import (  # noqa: E402
+    TOP_ATTENTION as TOP_ATTENTION,
+    TOP_TOKENS as TOP_TOKENS,
     attention_figure as attention_figure,
     pca_figure as pca_figure,
     summary_figure as summary_figure,
@@ -75,6 +77,8 @@ the paper's model (it draws every problem's figures now)."""
 __all__ = [
     "GENERIC_SHADES",
     "STAGE_COLORS",
+    "TOP_ATTENTION",
+    "TOP_TOKENS",
     "check_trajectory",
     "attention_figure",
     "committee_phase_diagram",

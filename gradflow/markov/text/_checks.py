@@ -31,6 +31,16 @@ def check_progress(progress) -> bool:
     return bool(progress)
 
 
+def check_block_bytes(block_bytes) -> int:
+    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)):
+        raise TypeError(
+            f"block_bytes must be an integer, got block_bytes = {show(block_bytes)}"
+        )
+    if block_bytes < 1:
+        raise ValueError(f"block_bytes must be >= 1, got block_bytes = {block_bytes}")
+    return int(block_bytes)
+
+
 def check_min_tokens(min_tokens) -> int:
     if isinstance(min_tokens, bool) or not isinstance(min_tokens, (int, np.integer)):
         raise TypeError(

@@ -21,6 +21,7 @@ import equinox as eqx
 import numpy as np
 
 from ._checks import (
+    check_block_bytes,
     check_level,
     check_min_tokens,
     check_progress,
@@ -28,6 +29,7 @@ from ._checks import (
     check_vocab_size,
 )
 from ._read import (
+    BLOCK_BYTES,
     file_blocks,
     looks_like_file_name,
     names_a_path,
@@ -133,6 +135,7 @@ def load(
     *,
     min_tokens: int = 2,
     progress: bool = True,
+    block_bytes: int = BLOCK_BYTES,
     name: str = "path",
 ) -> Corpus:
     r"""Reads and tokenises a local text corpus, streaming it in blocks.
@@ -150,6 +153,9 @@ def load(
       [`gradflow.text.encode`][]).
     - `min_tokens`: the fewest tokens accepted (at least one bigram).
     - `progress`: a progress bar over the bytes read, shown after 2 s.
+    - `block_bytes`: bytes read, and tokenised, at a time (default 4 MiB):
+      the memory a read takes beyond the token ids. The corpus does not
+      depend on it: no token is split between two blocks.
 
     **Returns:** a [`gradflow.text.Corpus`][].
 
@@ -169,20 +175,25 @@ def load(
     level = check_level(level)
     min_tokens = check_min_tokens(min_tokens)
     progress = check_progress(progress)
+    block = check_block_bytes(block_bytes)
     if path is None or (isinstance(path, str) and path == BUILTIN):
-        return _corpus(string_blocks(builtin_text()), level, BUILTIN, min_tokens)
+        blocks = string_blocks(builtin_text(), block)
+        return _corpus(blocks, level, BUILTIN, min_tokens, block)
     files = resolve_path(path, name)
     source = str(Path(os.fspath(path)).expanduser())
     bar = progress_bar(files, progress, source)
     try:
-        return _corpus(file_blocks(name, files, bar), level, source, min_tokens)
+        blocks = file_blocks(name, files, bar, block)
+        return _corpus(blocks, level, source, min_tokens, block)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _corpus(blocks, level: str, source: str, min_tokens: int) -> Corpus:
-    counter = count_units(blocks, level)
+def _corpus(
+    blocks, level: str, source: str, min_tokens: int, block_bytes: int = BLOCK_BYTES
+) -> Corpus:
+    counter = count_units(blocks, level, block_bytes)
     n = int(counter.counts.sum())
     if n < min_tokens:
         raise ValueError(

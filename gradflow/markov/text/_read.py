@@ -191,12 +191,13 @@ def _last_run_start(text: str) -> int:
     return max(i, 0)
 
 
-def pieces(blocks: Iterable[str]) -> Iterator[str]:
-    """Regroups blocks of text into pieces cut just before a run of whitespace."""
+def pieces(blocks: Iterable[str], block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
+    """Regroups blocks of text into pieces cut just before a run of whitespace
+    (each at least `block_bytes // 2` characters, the last one excepted)."""
     carry = ""
     for block in blocks:
         carry = carry + block if carry else block
-        if len(carry) < BLOCK_BYTES // 2:
+        if len(carry) < block_bytes // 2:
             continue
         cut = _last_run_start(carry)
         if cut > 0:
@@ -206,14 +207,17 @@ def pieces(blocks: Iterable[str]) -> Iterator[str]:
         yield carry
 
 
-def string_blocks(text: str) -> Iterator[str]:
-    for i in range(0, len(text), BLOCK_BYTES):
-        yield text[i : i + BLOCK_BYTES]
+def string_blocks(text: str, block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
+    for i in range(0, len(text), block_bytes):
+        yield text[i : i + block_bytes]
 
 
-def file_blocks(name: str, files: list[Path], bar) -> Iterator[str]:
-    """The decoded text of `files`, joined by blank lines, in blocks; NUL bytes
-    and invalid UTF-8 are reported with the file and the byte offset."""
+def file_blocks(
+    name: str, files: list[Path], bar, block_bytes: int = BLOCK_BYTES
+) -> Iterator[str]:
+    """The decoded text of `files`, joined by blank lines, in blocks of
+    `block_bytes` bytes read; NUL bytes and invalid UTF-8 are reported with
+    the file and the byte offset."""
     for k, path in enumerate(files):
         if k:
             yield "\n\n"
@@ -226,7 +230,7 @@ def file_blocks(name: str, files: list[Path], bar) -> Iterator[str]:
         with f:
             while True:
                 try:
-                    raw = f.read(BLOCK_BYTES)
+                    raw = f.read(block_bytes)
                 except OSError as e:
                     raise _read_error(name, path, e) from None
                 if NUL in raw:

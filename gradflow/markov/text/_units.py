@@ -261,10 +261,12 @@ class _UnitCounter:
         self.blocks.append(ids)
 
 
-def count_units(blocks: Iterable[str], level: str) -> _UnitCounter:
+def count_units(
+    blocks: Iterable[str], level: str, block_bytes: int = BLOCK_BYTES
+) -> _UnitCounter:
     counter = _UnitCounter()
     units = _UNITS[level]
-    for piece in pieces(blocks):
+    for piece in pieces(blocks, block_bytes):
         keys, name_of = units(piece)
         counter.add(keys, name_of)
     return counter
