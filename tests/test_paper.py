@@ -1,6 +1,6 @@
-"""docs/paper.md, the paper claim by claim (`examples/paper.py`).
+"""docs/paper.md, the paper claim by claim (`examples/paper/`).
 
-- Default tier: `examples/paper.py --fast` on the main scenario (the d = 4
+- Default tier: `python -m examples.paper --fast` on the main scenario (the d = 4
   chain; every group but real text): each row's verdict (direction and
   tolerance) must be the one the page reports, so a claim that stops holding,
   or starts to, fails here. The runs are computed once for the module.
@@ -30,9 +30,11 @@ FAST_GROUPS = ("condensation", "focus", "dilution", "new_direction", "cycles")
 
 
 def _load_paper():
-    sys.path.insert(0, str(ROOT / "examples"))  # its page module, _paper_page
+    """The package `examples/paper/`, loaded from its files (examples are not
+    installed)."""
+    folder = ROOT / "examples" / "paper"
     spec = importlib.util.spec_from_file_location(
-        "paper", ROOT / "examples" / "paper.py"
+        "paper", folder / "__init__.py", submodule_search_locations=[str(folder)]
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

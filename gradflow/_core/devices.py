@@ -52,7 +52,7 @@ def requested_cpu_devices(configured: int | None = None) -> int | None:
         return None
     if configured is None:
         configured = jax.config.jax_num_cpu_devices  # pyright: ignore[reportAttributeAccessIssue]
-    if os.environ.get("JAX_NUM_CPU_DEVICES") or configured > 0:
+    if os.environ.get("JAX_NUM_CPU_DEVICES") or (configured or 0) > 0:
         return None
     return host_cores()
 
