@@ -34,8 +34,8 @@ from ._core.records import (  # noqa: E402
     stage_events as stage_events,
     stage_table as stage_table,
 )
-from ._event.events import (  # noqa: E402
-    Event as Event,
+from ._event.events import Event as Event  # noqa: E402
+from ._event.solve import (  # noqa: E402
     SegmentedSolution as SegmentedSolution,
     solve_with_events as solve_with_events,
 )
