@@ -17,7 +17,6 @@ from ..._core.errors import show
 from ..._core.validate import check_integer
 from ..._engine.problem import Analysis, Problem, params_dtype
 from ..._engine.stages import observe_saves
-from .blocked import BLOCKED_MIN_D, default_block
 from .chain import MarkovChain
 from .losses import batch_loss
 from .model import (
@@ -118,12 +117,10 @@ class MarkovAttention(Problem):
     # -- the protocol ------------------------------------------------------------
 
     def loss(self, params: AnyParams) -> Array:
-        r"""The population loss; from $d = 256$ on (the paper's model) in its
-        blocked form with the hand-written gradient (`blocked.py`: faster,
-        and memory per intermediate $d \cdot$ block rather than $d^2$)."""
-        if isinstance(params, Params) and self.chain.d >= BLOCKED_MIN_D:
-            block = default_block(self.chain.d)
-            return population_loss(params, self.chain, block=block)
+        r"""The population loss, [`gradflow.population_loss`][]: from
+        $d = 256$ on (the paper's model) in its blocked form with the
+        hand-written gradient and Hessian-vector product (faster, and memory
+        per intermediate $d \cdot$ block rather than $d^2$)."""
         return population_loss(params, self.chain)
 
     def init(self, key, init_scale: float) -> AnyParams:
