@@ -132,7 +132,7 @@ def _loss_terms(Z, lse, Pb, pib) -> Scalar:
     return jnp.dot(pib, lse - jnp.sum(Pb * Z, axis=1))
 
 
-def _assemble(W0, WQ, WK, gE, gW1t, gQ, gK):
+def _assemble(W0, WQ, WK, *, gE, gW1t, gQ, gK):
     """The parameters' gradient from those of $E$, $W_1^\\top$, $Q$, $K$."""
     return (gE + WQ.T @ gQ + WK.T @ gK, gW1t.T, gQ @ W0.T, gK @ W0.T)
 
@@ -185,7 +185,7 @@ def population_loss_and_grad(
     zeros = jnp.zeros((m, d), W0.dtype)
     (L, gW1t, gE, gK), gQb = jax.lax.scan(body, (zero, zeros, zeros, zeros), xs)
     gQ = gQb.reshape(-1, m)[:d].T  # (m, d)
-    return L, _assemble(W0, WQ, WK, gE, gW1t, gQ, gK)
+    return L, _assemble(W0, WQ, WK, gE=gE, gW1t=gW1t, gQ=gQ, gK=gK)
 
 
 def population_loss_grad_and_hvp(
@@ -193,11 +193,11 @@ def population_loss_grad_and_hvp(
     W1: Float[Array, "d m"],
     WQ: Float[Array, "m m"],
     WK: Float[Array, "m m"],
+    *,
     V0: Float[Array, "m d"],
     V1: Float[Array, "d m"],
     VQ: Float[Array, "m m"],
     VK: Float[Array, "m m"],
-    *,
     P: Float[Array, "d d"],
     pi: Float[Array, " d"],
     block: int,
@@ -266,7 +266,7 @@ def population_loss_grad_and_hvp(
     init = (zero,) + (zeros,) * 6
     (L, gW1t, gE, gK, hW1t, hE, hK), (gQb, hQb) = jax.lax.scan(body, init, xs)
     gQ, hQ = (x.reshape(-1, m)[:d].T for x in (gQb, hQb))  # (m, d)
-    grads = _assemble(W0, WQ, WK, gE, gW1t, gQ, gK)
+    grads = _assemble(W0, WQ, WK, gE=gE, gW1t=gW1t, gQ=gQ, gK=gK)
     hvp = (
         hE + VQ.T @ gQ + WQ.T @ hQ + VK.T @ gK + WK.T @ hK,
         hW1t.T,
@@ -352,7 +352,11 @@ def _loss_and_grad_jvp(block, primals, tangents):
         return jax.jvp(jax.value_and_grad(_dense_loss), primals, _instantiate(tangents))
     v = _arrays(_instantiate(d_params))
     L, grads, hvp = population_loss_grad_and_hvp(
-        *_arrays(params), *v, P=chain.P, pi=chain.pi, block=block
+        *_arrays(params),
+        **{"V" + name[1:]: t for name, t in zip(_NAMES, v, strict=True)},
+        P=chain.P,
+        pi=chain.pi,
+        block=block,
     )
     dL = sum(jnp.vdot(g, t) for g, t in zip(grads, v, strict=True))
     Params = type(params)
