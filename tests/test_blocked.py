@@ -217,5 +217,5 @@ def test_default_block():
         block = default_block(d)
         assert 1 <= block <= min(d, 512)
         assert block == d or block >= 16
-    assert default_block(1024) * 1024 <= 2**17
+    assert default_block(1024) * 1024 <= 2**16
     assert default_block(100) == 100

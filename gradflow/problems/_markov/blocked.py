@@ -61,18 +61,20 @@ from .chain import MarkovChain
 # already faster, and the paper's models (d <= 64) are far below.
 BLOCKED_MIN_D = 256
 
-# Aim for blocks of about this many entries (block * d, 1 MiB in float64):
-# measured on a 2-core CPU (benchmarks/closed_form.py --blocks), blocks of
-# 2^17 to 2^18 entries gave the fastest gradient and Hessian-vector product
-# at d = 1,024 to 8,192; smaller ones pay the scan's per-step cost, larger
-# ones leave the caches. A vmapped Hessian-vector product (a solver's
-# `jax.vmap` over r directions) holds r such blocks per intermediate.
-_BLOCK_ENTRIES = 2**17
+# Aim for blocks of about this many entries (block * d, 512 kB in float64).
+# Measured on the 2-core CPU with the process on one core
+# (benchmarks/closed_form.py --one-core --blocks, load 5 to 7 from other
+# processes): blocks of 2^15 to 2^18 entries gave the same gradient and HVP
+# times to within the noise at d = 1,024 and 2,048; smaller ones pay the
+# scan's per-step cost. A solver's vmapped Hessian-vector products hold r
+# directions' blocks per intermediate (r = 64 at d = 1,024: 307 MB more at
+# 2^16 entries, 543 MB at 2^17), so the smaller end.
+_BLOCK_ENTRIES = 2**16
 
 
 def default_block(d: int) -> int:
     """Query tokens per block for a vocabulary of `d` tokens: the power of
-    two nearest `2^17 / d`, between 16 and 512, and never more than `d`."""
+    two nearest `2^16 / d`, between 16 and 512, and never more than `d`."""
     block = 16
     while block < 512 and 2 * block * d <= _BLOCK_ENTRIES:
         block *= 2
