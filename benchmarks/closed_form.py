@@ -58,7 +58,8 @@ block size, against the matrix product, to choose `default_block`.
 
 **Quiet machine.** Every row prints the 1-minute load average before and
 after it. `--doc` writes the table between `<!-- closed-form-rates -->` and
-`<!-- /closed-form-rates -->` (or the `-memory` markers) of the page, only
+`<!-- /closed-form-rates -->` of the page (`closed-form-rates-one-core` with
+`--one-core`, `closed-form-memory` with `--memory`), only
 when the 1-minute load at the start is at most 1.5; `--force` writes it
 anyway and marks it as taken under load.
 """
@@ -425,7 +426,8 @@ def main():
         table, name = rates_table(rows, args), None
     else:
         rows = rates(args)
-        table, name = rates_table(rows, args), "closed-form-rates"
+        name = "closed-form-rates" + ("-one-core" if args.one_core else "")
+        table = rates_table(rows, args)
     if start > QUIET_LOAD:
         table += (
             f"\n\n**Taken under load** (1-minute load {start:.2f} at the start, "
