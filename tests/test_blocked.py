@@ -129,10 +129,11 @@ def test_hessian_through_the_blocked_form():
 
 def test_no_intermediate_larger_than_a_block():
     """The compiled gradient, HVP and linearised gradient of the blocked form
-    hold no `d x d` array besides the chain's `P`: every value in their
-    programs (the scan's body included) has at most `block * d` entries, or
-    is `P`."""
-    d, m, block = 64, 4, 8
+    hold no array larger than a block, `block x d` entries: every value in
+    their programs (the scan's body included) is at most that, the chain's
+    `P` (an input) is sliced block by block and never copied, also when `d`
+    is not a multiple of the block."""
+    d, m, block = 60, 4, 8
     chain, p, _ = _setup(d, m)
     loss = _blocked(block)
 
@@ -162,11 +163,7 @@ def test_no_intermediate_larger_than_a_block():
         lambda q: _hvp(loss, q, q, chain),
         linearized,
     ):
-        jaxpr = jax.make_jaxpr(fn)(p).jaxpr
-        # the padded P of the query blocks is P itself (d is a multiple of block)
-        big = [s for s in sizes(jaxpr) if s > block * d]
-        assert all(s == d * d for s in big)
-        assert len(big) <= 2  # at most P reshaped into blocks, per scan
+        assert max(sizes(jax.make_jaxpr(fn)(p).jaxpr)) <= block * d
 
 
 def test_chain_derivatives_are_the_dense_ones():

@@ -28,9 +28,9 @@ E^\top$, $\partial W_0 = \partial E + W_Q^\top \partial Q + W_K^\top
 \partial K$. The Hessian-vector product $H v$ is the directional derivative
 of these lines along $v = (V_0, V_1, V_Q, V_K)$, written out the same way
 (`docs/model.md`, "The blocked form"): one scan that computes each block's
-attention and softmax once for the gradient and its derivative, and pairs
-every product with its derivative's in one product of twice the width
-($\dot S = [\dot Q_b \; Q_b] [K; \dot K]$, and so on).
+attention and softmax once for the gradient and its derivative; the
+derivative's two products that contract over $m$ run as one product of
+inner size $2m$ ($\dot S = [Q_b \; \dot Q_b] [\dot K; K]$, and so on).
 
 [`blocked_population_loss`][] wraps this in two `jax.custom_jvp`s: the
 loss's tangent is $\langle \nabla L, d\theta \rangle$ (so `jax.grad` runs
@@ -101,15 +101,36 @@ def _pad_rows(x: Array, rows: int) -> Array:
     return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
 
 
-def _blocks(block: int, *rows: Array) -> tuple[Array, ...]:
-    """Arrays whose rows are query tokens, cut into blocks of `block` rows
-    and padded with zero rows to whole blocks: a padded query has `pi = 0`
-    and a zero row of `P`, so it adds nothing to the loss or the gradient."""
-    d = rows[0].shape[0]
-    nb = -(-d // block)
-    return tuple(
-        _pad_rows(x, nb * block).reshape(nb, block, *x.shape[1:]) for x in rows
-    )
+def _scan_blocks(body, init, block: int, P: Array, *rows: Array, remat=False):
+    """`body(carry, (*rows_b, P_b))` over the query tokens in blocks of
+    `block`: one `jax.lax.scan` over the whole blocks, then one call on the
+    rows left over. `rows` (small arrays whose rows are query tokens) are
+    cut into blocks; `P`'s rows are sliced inside the scan, so `P` is never
+    copied (padding it to whole blocks would copy all `d^2` entries).
+    Returns the final carry and the per-query outputs of `body`, stacked
+    back into `d` rows.
+
+    `remat`: each step is a `jax.checkpoint` (the slice of `P` included),
+    so that under `jax.linearize` only each block's small rows are kept."""
+    d = P.shape[0]
+    nb, tail = divmod(d, block)
+    carry, ys = init, []
+    if nb:
+        xs = tuple(x[: nb * block].reshape(nb, block, *x.shape[1:]) for x in rows)
+
+        def step(carry, x):
+            i, *r = x
+            Pb = jax.lax.dynamic_slice_in_dim(P, i * block, block)
+            return body(carry, (*r, Pb))
+
+        step = jax.checkpoint(step) if remat else step
+        carry, y = jax.lax.scan(step, carry, (jnp.arange(nb), *xs))
+        ys.append(jax.tree.map(lambda a: a.reshape(nb * block, *a.shape[2:]), y))
+    if tail:
+        x = (*(r[nb * block :] for r in rows), P[nb * block :])
+        carry, y = (jax.checkpoint(body) if remat else body)(carry, x)
+        ys.append(y)
+    return carry, jax.tree.map(lambda *a: jnp.concatenate(a), *ys)
 
 
 def _softmax(x: Array) -> tuple[Array, Array]:
@@ -158,21 +179,20 @@ def population_loss_and_grad(
     logpi = jnp.log(pi)
     Q, K = WQ @ W0, WK @ W0  # (m, d)
     ET, KT, W1T = W0.T, K.T, W1.T
-    xs = _blocks(block, Q.T, P, pi)
     zero = jnp.zeros((), W0.dtype)
     if not grad:
 
         def loss_body(L, x):
-            Qb, Pb, pib = x
+            Qb, pib, Pb = x
             _, _, Z, _, lse = _forward(Qb, K, logpi, ET, W1T)
             return L + _loss_terms(Z, lse, Pb, pib), None
 
-        L, _ = jax.lax.scan(loss_body, zero, xs)
+        L, _ = _scan_blocks(loss_body, zero, block, P, Q.T, pi)
         return L, None
 
     def body(carry, x):
         L, gW1t, gE, gK = carry
-        Qb, Pb, pib = x
+        Qb, pib, Pb = x
         A, H, Z, sm, lse = _forward(Qb, K, logpi, ET, W1T)
         L = L + _loss_terms(Z, lse, Pb, pib)
         GZ = pib[:, None] * (sm - Pb)  # (b, d)
@@ -185,8 +205,9 @@ def population_loss_and_grad(
         return (L, gW1t, gE, gK), GS @ KT  # dQ of the block, (b, m)
 
     zeros = jnp.zeros((m, d), W0.dtype)
-    (L, gW1t, gE, gK), gQb = jax.lax.scan(body, (zero, zeros, zeros, zeros), xs)
-    gQ = gQb.reshape(-1, m)[:d].T  # (m, d)
+    init = (zero, zeros, zeros, zeros)
+    (L, gW1t, gE, gK), gQ = _scan_blocks(body, init, block, P, Q.T, pi)
+    gQ = gQ.T  # (m, d)
     return L, _assemble(W0, WQ, WK, gE=gE, gW1t=gW1t, gQ=gQ, gK=gK)
 
 
@@ -209,13 +230,12 @@ def population_loss_grad_and_hvp(
     blocks of `block` query tokens (`docs/model.md`, "The blocked form").
 
     Each block's attention and softmax are computed once and serve the
-    gradient and its directional derivative; every product of the gradient
-    and its derivative's two products share one operand, so they run as one
-    product of twice the width. The per-block body is a `jax.checkpoint`:
-    under `jax.linearize` (a solver's Jacobian-vector products) only the
-    inputs of each block are kept, and the block is computed again for each
-    call of the linear map, so memory stays a few `block x d` arrays there
-    too."""
+    gradient and its directional derivative; the derivative's two products
+    that contract over $m$ run as one product of inner size $2m$. Each
+    block is a `jax.checkpoint`: under `jax.linearize` (a solver's
+    Jacobian-vector products) only each block's small inputs are kept, and
+    the block is computed again for each call of the linear map, so memory
+    stays a few `block x d` arrays there too."""
     m, d = W0.shape
     logpi = jnp.log(pi)
     Q, K = WQ @ W0, WK @ W0  # (m, d)
@@ -226,14 +246,12 @@ def population_loss_grad_and_hvp(
     dKK = jnp.concatenate([dK, K])  # (2m, d)
     V1W1T = jnp.concatenate([V1, W1], axis=1).T  # (2m, d)
     V0E = jnp.concatenate([V0, W0])  # (2m, d)
-    xs = _blocks(block, Q.T, dQ.T, P, pi)
 
     # Primal and tangent products stay apart (no [x dx] [y dy]): under
     # jax.linearize the primal outputs must not depend on the tangents.
-    @jax.checkpoint
     def body(carry, x):
         L, gW1t, gE, gK, hW1t, hE, hK = carry
-        Qb, dQb, Pb, pib = x
+        Qb, dQb, pib, Pb = x
         A, _ = _softmax(Qb @ K + logpi)  # (b, d)
         dS = jnp.concatenate([Qb, dQb], axis=1) @ dKK  # Q dK + dQ K
         dA = A * (dS - jnp.sum(A * dS, axis=1, keepdims=True))
@@ -266,8 +284,10 @@ def population_loss_grad_and_hvp(
     zero = jnp.zeros((), W0.dtype)
     zeros = jnp.zeros((m, d), W0.dtype)
     init = (zero,) + (zeros,) * 6
-    (L, gW1t, gE, gK, hW1t, hE, hK), (gQb, hQb) = jax.lax.scan(body, init, xs)
-    gQ, hQ = (x.reshape(-1, m)[:d].T for x in (gQb, hQb))  # (m, d)
+    rows = (Q.T, dQ.T, pi)
+    carry, (gQ, hQ) = _scan_blocks(body, init, block, P, *rows, remat=True)
+    L, gW1t, gE, gK, hW1t, hE, hK = carry
+    gQ, hQ = gQ.T, hQ.T  # (m, d)
     grads = _assemble(W0, WQ, WK, gE=gE, gW1t=gW1t, gQ=gQ, gK=gK)
     hvp = (
         hE + VQ.T @ gQ + WQ.T @ hQ + VK.T @ gK + WK.T @ hK,
