@@ -54,7 +54,9 @@ so is the peak before the reset (building the chain and compiling).
     PYTHONPATH=. python benchmarks/closed_form.py --memory [--memory-ds 2048 8192]
 
 **Blocks** (`--blocks 16 32 64 ...`): the blocked gradient and HVP at each
-block size, against the matrix product, to choose `default_block`.
+block size, against the matrix product, to choose `default_block` (the
+loss's and gradient's) and `default_hvp_block`. The default form's row
+names both: "blocked (256; 128)".
 
 **Quiet machine.** Every row prints the 1-minute load average before and
 after it. `--doc` writes the table between `<!-- closed-form-rates -->` and
@@ -207,14 +209,19 @@ def print_row(r) -> None:
 
 
 def rates(args) -> list[dict]:
-    from gradflow.problems._markov.blocked import BLOCKED_MIN_D, default_block
+    from gradflow.problems._markov.blocked import (
+        BLOCKED_MIN_D,
+        default_block,
+        default_hvp_block,
+    )
 
     rows = []
     for d in args.ds:
         for m in args.ms:
             blocks = {"dense": "dense"}
-            if d >= BLOCKED_MIN_D:
-                blocks[f"blocked ({default_block(d)})"] = default_block(d)
+            if d >= BLOCKED_MIN_D:  # the default: blocked, its own block sizes
+                name = f"blocked ({default_block(d)}; {default_hvp_block(d)})"
+                blocks[name] = None
             before = load1()
             new = measure(d, m, blocks, args)
             after = load1()
@@ -297,7 +304,7 @@ def child_memory(d: int, form: str, op: str) -> dict:
     import jax
 
     import gradflow as gf
-    from gradflow.problems._markov.blocked import default_block
+    from gradflow.problems._markov.blocked import default_block, default_hvp_block
 
     chain = gf.chains.sticky(d, 0.5, 0.5, 0.05)
     m = 16
@@ -317,6 +324,7 @@ def child_memory(d: int, form: str, op: str) -> dict:
     return {
         "d": d, "m": m, "form": form,
         "block": None if form == "dense" else default_block(d),
+        "hvp_block": None if form == "dense" else default_hvp_block(d),
         "op": op, "peak_mb": peak / 1024, "resident_before_mb": base / 1024,
         "peak_before_reset_mb": before / 1024, "wall_s": wall,
     }  # fmt: skip
@@ -358,7 +366,9 @@ def memory_table(rows) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        form = r["form"] if r["block"] is None else f"blocked ({r['block']})"
+        form = r["form"]
+        if r["block"] is not None:
+            form = f"blocked ({r['block'] if r['op'] == 'grad' else r['hvp_block']})"
         lines.append(
             f"| {r['d']} | {r['m']} | {form} | {r['op']} | {r['peak_mb']:.0f} | "
             f"{r['resident_before_mb']:.0f} | {r['peak_before_reset_mb']:.0f} | "

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 import gradflow as gf
-from gradflow.problems._markov.blocked import BLOCKED_MIN_D, default_block
+from gradflow.problems._markov.blocked import (
+    BLOCKED_MIN_D,
+    default_block,
+    default_hvp_block,
+)
 
 
 def _dense(q, c):
@@ -209,10 +213,11 @@ def test_population_loss_switches_at_the_threshold():
             assert np.array_equal(a, b)
 
 
-def test_default_block():
+def test_default_blocks():
     for d in (2, 100, 256, 1024, 2048, 8192, 100_000):
-        block = default_block(d)
-        assert 1 <= block <= min(d, 512)
-        assert block == d or block >= 16
-    assert default_block(1024) * 1024 <= 2**16
+        for block in (default_block(d), default_hvp_block(d)):
+            assert 1 <= block <= min(d, 512)
+            assert block == d or block >= 16
+    assert default_block(1024) * 1024 == 2**18
+    assert default_hvp_block(1024) * 1024 == 2**17
     assert default_block(100) == 100

@@ -61,24 +61,38 @@ from .chain import MarkovChain
 # already faster, and the paper's models (d <= 64) are far below.
 BLOCKED_MIN_D = 256
 
-# Aim for blocks of about this many entries (block * d, 512 kB in float64).
-# Measured on the 2-core CPU with the process on one core
-# (benchmarks/closed_form.py --one-core --blocks, load 5 to 7 from other
-# processes): blocks of 2^15 to 2^18 entries gave the same gradient and HVP
-# times to within the noise at d = 1,024 and 2,048; smaller ones pay the
-# scan's per-step cost. A solver's vmapped Hessian-vector products hold r
-# directions' blocks per intermediate (r = 64 at d = 1,024: 307 MB more at
-# 2^16 entries, 543 MB at 2^17), so the smaller end.
-_BLOCK_ENTRIES = 2**16
+# Aim for blocks of about this many entries (block * d): the gradient's
+# 2^18 (2 MiB in float64), the HVP's 2^17. Measured on the 2-core CPU
+# (benchmarks/closed_form.py --blocks, load 1.6 to 1.8), at d = 1,024,
+# m = 16: the gradient at 21, 29, 35 and 37 % of the matrix product's rate
+# (both cores, wall time) with blocks of 64, 128, 256 and 512 queries, the
+# HVP at 27, 38, 38 and 36 %: larger operations let XLA split them across
+# its threads, and fewer scan steps cost less. The HVP stays at 2^17: a
+# solver's vmapped HVPs hold r directions' blocks per intermediate (r = 64
+# at d = 1,024: 307 MB more at 2^16 entries, 543 MB at 2^17).
+_GRAD_ENTRIES = 2**18
+_HVP_ENTRIES = 2**17
+
+
+def _block(d: int, entries: int) -> int:
+    block = 16
+    while block < 512 and 2 * block * d <= entries:
+        block *= 2
+    return min(block, d)
 
 
 def default_block(d: int) -> int:
-    """Query tokens per block for a vocabulary of `d` tokens: the power of
-    two nearest `2^16 / d`, between 16 and 512, and never more than `d`."""
-    block = 16
-    while block < 512 and 2 * block * d <= _BLOCK_ENTRIES:
-        block *= 2
-    return min(block, d)
+    """Query tokens per block of the loss and its gradient for a vocabulary
+    of `d` tokens: the power of two nearest `2^18 / d` from below, between
+    16 and 512, and never more than `d`."""
+    return _block(d, _GRAD_ENTRIES)
+
+
+def default_hvp_block(d: int) -> int:
+    """Query tokens per block of the Hessian-vector product: the power of
+    two nearest `2^17 / d` from below, between 16 and 512, never more than
+    `d`."""
+    return _block(d, _HVP_ENTRIES)
 
 
 def _t_dot(x: Array, y: Array) -> Array:
@@ -333,20 +347,23 @@ def _arrays(params):
     return tuple(getattr(params, name) for name in _NAMES)
 
 
+# `blocks`: (the loss's and gradient's block, the HVP's block)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _loss(params, chain: MarkovChain, block: int) -> Scalar:
+def _loss(params, chain: MarkovChain, blocks: tuple[int, int]) -> Scalar:
     L, _ = population_loss_and_grad(
-        *_arrays(params), P=chain.P, pi=chain.pi, block=block, grad=False
+        *_arrays(params), P=chain.P, pi=chain.pi, block=blocks[0], grad=False
     )
     return L
 
 
-def _loss_jvp(block, primals, tangents):
+def _loss_jvp(blocks, primals, tangents):
     params, chain = primals
     d_params, d_chain = tangents
     if not _is_zero(d_chain):
         return jax.jvp(_dense_loss, primals, _instantiate(tangents))
-    L, grads = _loss_and_grad(params, chain, block)
+    L, grads = _loss_and_grad(params, chain, blocks)
     dL = jnp.zeros((), L.dtype)
     for name in _NAMES:
         t = getattr(d_params, name)
@@ -359,15 +376,15 @@ _loss.defjvp(_loss_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _loss_and_grad(params, chain: MarkovChain, block: int):
+def _loss_and_grad(params, chain: MarkovChain, blocks: tuple[int, int]):
     L, grads = population_loss_and_grad(
-        *_arrays(params), P=chain.P, pi=chain.pi, block=block
+        *_arrays(params), P=chain.P, pi=chain.pi, block=blocks[0]
     )
     assert grads is not None
     return L, type(params)(*grads)
 
 
-def _loss_and_grad_jvp(block, primals, tangents):
+def _loss_and_grad_jvp(blocks, primals, tangents):
     params, chain = primals
     d_params, d_chain = tangents
     if not _is_zero(d_chain):
@@ -378,7 +395,7 @@ def _loss_and_grad_jvp(block, primals, tangents):
         **{"V" + name[1:]: t for name, t in zip(_NAMES, v, strict=True)},
         P=chain.P,
         pi=chain.pi,
-        block=block,
+        block=blocks[1],
     )
     dL = sum(jnp.vdot(g, t) for g, t in zip(grads, v, strict=True))
     Params = type(params)
@@ -388,22 +405,30 @@ def _loss_and_grad_jvp(block, primals, tangents):
 _loss_and_grad.defjvp(_loss_and_grad_jvp, symbolic_zeros=True)
 
 
-def blocked_population_loss(params, chain: MarkovChain, block: int) -> Scalar:
+def blocked_population_loss(
+    params, chain: MarkovChain, block: int | None = None
+) -> Scalar:
     r"""[`gradflow.population_loss`][] of the paper's model (a
-    [`gradflow.Params`][]), computed over blocks of `block` query tokens,
-    with its gradient and Hessian-vector products written out by hand
+    [`gradflow.Params`][]), computed over blocks of `block` query tokens
+    (`None`: `default_block(d)` for the loss and its gradient,
+    `default_hvp_block(d)` for Hessian-vector products), with its gradient
+    and Hessian-vector products written out by hand
     (`docs/model.md`, "The blocked form"): `jax.grad` of it runs the blocked
     backward pass of this module, and forward-mode derivatives of that
     gradient (`jax.jvp`, `jax.linearize`, `jax.hessian`) run the blocked
     Hessian-vector product. Equal to the dense form to round-off.
     Derivatives with respect to the chain are those of the dense form."""
-    return _loss(params, chain, int(block))
+    if block is None:
+        d = chain.d
+        return _loss(params, chain, (default_block(d), default_hvp_block(d)))
+    return _loss(params, chain, (int(block), int(block)))
 
 
 __all__ = [
     "BLOCKED_MIN_D",
     "blocked_population_loss",
     "default_block",
+    "default_hvp_block",
     "population_loss_and_grad",
     "population_loss_grad_and_hvp",
 ]

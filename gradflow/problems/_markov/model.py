@@ -24,7 +24,7 @@ from ..._core.errors import show
 from ..._core.random import scaled_normal
 from ..._core.validate import check_finite_entries, check_init_scale, check_seed
 from .attention import attention_weights, mean_nll, population_cross_entropy
-from .blocked import BLOCKED_MIN_D, blocked_population_loss, default_block
+from .blocked import BLOCKED_MIN_D, blocked_population_loss
 from .chain import MarkovChain
 from .variants import (
     PARAM_NAMES,
@@ -312,8 +312,9 @@ def population_loss(
     `block` (the paper's model only) chooses how it is computed:
 
     - `None` (default): the dense form below $d = 256$ (every recorded
-      result, bit for bit), the blocked form with `default_block(d)` query
-      tokens per block from $d = 256$ on;
+      result, bit for bit), the blocked form from $d = 256$ on (blocks of
+      about $2^{18} / d$ query tokens for the loss and its gradient,
+      $2^{17} / d$ for Hessian-vector products);
     - an integer $\ge 1$: the blocked form with this many query tokens per
       block (`docs/model.md`, "The blocked form"): no intermediate is larger
       than `block x d`, `jax.grad` runs a hand-written backward pass, and
@@ -339,8 +340,9 @@ def population_loss(
             )
         return population_cross_entropy(population_logits(params, chain), chain)
     if block is None:
-        dense = chain.d < BLOCKED_MIN_D
-        block = default_block(chain.d)
+        if chain.d < BLOCKED_MIN_D:
+            return population_cross_entropy(population_logits(params, chain), chain)
+        return blocked_population_loss(params, chain)
     if dense:
         return population_cross_entropy(population_logits(params, chain), chain)
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
