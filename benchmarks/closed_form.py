@@ -59,7 +59,8 @@ loss's and gradient's) and `default_hvp_block`. The default form's row
 names both: "blocked (256; 128)".
 
 **Quiet machine.** Every row prints the 1-minute load average before and
-after it. `--doc` writes the table between `<!-- closed-form-rates -->` and
+after it, and a row during which it exceeded 1.5 is starred in the table.
+`--doc` writes the table between `<!-- closed-form-rates -->` and
 `<!-- /closed-form-rates -->` of the page (`closed-form-rates-one-core` with
 `--one-core`, `closed-form-memory` with `--memory`), only
 when the 1-minute load at the start is at most 1.5; `--force` writes it
@@ -265,14 +266,21 @@ def rates_table(rows, args) -> str:
             if b is None or b is r
             else f"{b['grad_ms'] / r['grad_ms']:.2f}x, {b['hvp_ms'] / r['hvp_ms']:.2f}x"
         )
+        loaded = "*" if max(r["load_before"], r["load_after"]) > QUIET_LOAD else ""
         lines.append(
-            f"| {r['d']} | {r['m']} | {r['form']} | {r['grad_ms']:.2f} | "
+            f"| {r['d']} | {r['m']} | {r['form']}{loaded} | {r['grad_ms']:.2f} | "
             f"{r['grad_frac']:.0%} | {r['hvp_ms']:.2f} | {r['hvp_frac']:.0%} | "
             f"{r['hvp_over_grad']:.2f} | {speed} | {r['matmul_ms']:.2f} "
             f"({r['matmul_gflops']:.0f}) | {r['load_before']:.2f} -> "
             f"{r['load_after']:.2f} |"
         )
     lines.append("")
+    if any(max(r["load_before"], r["load_after"]) > QUIET_LOAD for r in rows):
+        lines.append(
+            f"\\* The 1-minute load rose above {QUIET_LOAD} during this row: "
+            "other processes took cores from it and from the matrix product."
+        )
+        lines.append("")
     lines.append(
         "Wall times, the least of "
         f"{args.rounds} x {args.calls} calls; "
@@ -369,6 +377,8 @@ def memory_table(rows) -> str:
         form = r["form"]
         if r["block"] is not None:
             form = f"blocked ({r['block'] if r['op'] == 'grad' else r['hvp_block']})"
+        if max(r["load_before"], r["load_after"]) > QUIET_LOAD:
+            form += "*"
         lines.append(
             f"| {r['d']} | {r['m']} | {form} | {r['op']} | {r['peak_mb']:.0f} | "
             f"{r['resident_before_mb']:.0f} | {r['peak_before_reset_mb']:.0f} | "
