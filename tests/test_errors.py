@@ -580,7 +580,13 @@ CASES = [
         "population-loss-block-zero",
         lambda f: gf.population_loss(_params(3), S3, block=0),
         ValueError,
-        r"block must be an integer >= 1, got block = 0",
+        r"block must be an integer >= 1 or 'dense', got block = 0",
+    ),
+    Case(
+        "population-loss-block-unknown",
+        lambda f: gf.population_loss(_params(3), S3, block="auto"),
+        ValueError,
+        r"block must be an integer >= 1 or 'dense', got block = 'auto'",
     ),
     Case(
         "population-loss-block-variant",

@@ -13,7 +13,11 @@ real text (`gradflow.text`). The everyday names are also at the top level
 `gf.population_loss`, ...).
 """
 
-from .blocked import default_block as default_block
+from .blocked import (
+    BLOCKED_MIN_D as BLOCKED_MIN_D,
+    default_block as default_block,
+    default_hvp_block as default_hvp_block,
+)
 from .chain import (
     MarkovChain as MarkovChain,
     entropy_bounds as entropy_bounds,
@@ -66,7 +70,9 @@ __all__ = [
     "attention",
     "attention_entropy",
     "attention_summary",
+    "BLOCKED_MIN_D",
     "default_block",
+    "default_hvp_block",
     "detect_stages",
     "diagnostic_rates",
     "diagnostics",

@@ -23,7 +23,7 @@ from .._core.custom_types import Scalar
 from .._core.errors import show
 from .._core.random import scaled_normal
 from .._core.validate import check_finite_entries, check_init_scale, check_seed
-from .blocked import blocked_population_loss
+from .blocked import BLOCKED_MIN_D, blocked_population_loss
 from .chain import MarkovChain
 from .custom_types import Attention
 from .primitive import attention_weights, mean_nll, population_cross_entropy
@@ -262,10 +262,10 @@ def population_logits(params: AnyParams, chain: MarkovChain) -> Float[Array, "d 
 
 
 def population_loss(
-    params: AnyParams, chain: MarkovChain, *, block: int | None = None
+    params: AnyParams, chain: MarkovChain, *, block: int | str | None = None
 ) -> Scalar:
-    r"""The population cross-entropy in closed form (`docs/model.md`, "Population loss";
-    variants: `docs/variants.md`, "The model in closed form").
+    r"""The population cross-entropy in closed form (`docs/model.md`,
+    "Population loss"; for the variants, `docs/variants.md`).
 
     $$L(\theta) = \sum_i \pi_i \Big[\operatorname{logsumexp}_y Z_{yi}
     - \sum_y P_{iy} Z_{yi}\Big], \qquad Z = W_1 W_0 A^\top.$$
@@ -276,31 +276,47 @@ def population_loss(
     Takes [`gradflow.Params`][] or any variant's [`gradflow.VariantParams`][]
     (then $Z = W_1 N(X_L)$, `docs/variants.md`, "The model in closed form").
 
-    `block` (the paper's model only): compute the loss over blocks of this
-    many query tokens, with its gradient written out by hand
-    (`gradflow/markov/blocked.py`): no intermediate is larger than
-    `block x d`, `jax.grad` runs the hand-written backward pass, and
-    Hessian-vector products (`jax.jvp` of the gradient) stay blocked. Equal to
-    the default form to round-off; not differentiable with respect to the
-    chain. [`gradflow.problems.MarkovAttention`][] uses it from
-    $d = 256$ on.
+    `block` (the paper's model only) chooses how it is computed:
+
+    - `None` (default): the dense form below $d = 256$ (every recorded
+      result, bit for bit), the blocked form from $d = 256$ on (blocks of
+      about $2^{18} / d$ query tokens for the loss and its gradient,
+      $2^{17} / d$ for Hessian-vector products);
+    - an integer $\ge 1$: the blocked form with this many query tokens per
+      block (`docs/model.md`, "The blocked form"): no intermediate is larger
+      than `block x d`, `jax.grad` runs a hand-written backward pass, and
+      Hessian-vector products (`jax.jvp` or `jax.linearize` of the
+      gradient, `jax.hessian`) a hand-written one, blocked too. Equal to the
+      dense form to round-off, not bit for bit; derivatives with respect to
+      the chain are those of the dense form;
+    - `"dense"`: the dense form, differentiated by JAX, at any $d$ (its
+      intermediates are $d \times d$).
+
+    Variants always use the dense form.
     """
-    if block is not None:
-        if not isinstance(params, Params):
+    dense = isinstance(block, str) and block == "dense"
+    if isinstance(block, str) and not dense:
+        raise ValueError(
+            f"block must be an integer >= 1 or 'dense', got block = {show(block)}"
+        )
+    if not isinstance(params, Params):
+        if block is not None and not dense:
             raise ValueError(
                 f"block is for the paper's model (gradflow.Params), got block = "
                 f"{show(block)} with {type(params).__name__} of {model_of(params)}"
             )
-        if (
-            isinstance(block, bool)
-            or not isinstance(block, (int, np.integer))
-            or block < 1
-        ):
-            raise ValueError(
-                f"block must be an integer >= 1, got block = {show(block)}"
-            )
-        return blocked_population_loss(params, chain, int(block))
-    return population_cross_entropy(population_logits(params, chain), chain)
+        return population_cross_entropy(population_logits(params, chain), chain)
+    if block is None:
+        if chain.d < BLOCKED_MIN_D:
+            return population_cross_entropy(population_logits(params, chain), chain)
+        return blocked_population_loss(params, chain)
+    if dense:
+        return population_cross_entropy(population_logits(params, chain), chain)
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(
+            f"block must be an integer >= 1 or 'dense', got block = {show(block)}"
+        )
+    return blocked_population_loss(params, chain, int(block))
 
 
 def finite_context_logits(

@@ -21,7 +21,6 @@ from .._problem.adapt import as_problem
 from .._problem.base import Analysis, BoundedProblem, SampledProblem, StagedProblem
 from .._problem.files import register_legacy_problem
 from .._problem.functions import astype, loss_levels, observe_saves, params_dtype
-from .blocked import BLOCKED_MIN_D, default_block
 from .chain import MarkovChain, entropy_bounds
 from .losses import batch_loss
 from .model import (
@@ -120,12 +119,10 @@ class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem):
     # -- the protocol ------------------------------------------------------------
 
     def loss(self, params: AnyParams) -> Array:
-        r"""The population loss; from $d = 256$ on (the paper's model) in its
-        blocked form with the hand-written gradient (`blocked.py`: faster,
-        and memory per intermediate $d \cdot$ block rather than $d^2$)."""
-        if isinstance(params, Params) and self.chain.d >= BLOCKED_MIN_D:
-            block = default_block(self.chain.d)
-            return population_loss(params, self.chain, block=block)
+        r"""The population loss, [`gradflow.population_loss`][]: from
+        $d = 256$ on (the paper's model) in its blocked form with the
+        hand-written gradient and Hessian-vector product (faster, and memory
+        per intermediate $d \cdot$ block rather than $d^2$)."""
         return population_loss(params, self.chain)
 
     def init(self, key, init_scale: float) -> AnyParams:
