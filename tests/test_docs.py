@@ -92,7 +92,10 @@ def test_problems_have_their_page_and_each_object_one_entry():
         assert f"::: gradflow.{name}\n" in problems
     # gf.problems.Problem is gf.Problem: only the built-in problems under the
     # module
-    assert "      members: [Committee, DeepLinear, MarkovAttention]\n" in problems
+    assert (
+        "      members: [Committee, DeepLinear, InContextRegression, MarkovAttention]\n"
+        in problems
+    )
     # what a result inherits from its private base is in its own entry
     entry = pages["api/flow.md"].split("::: gradflow.Trajectory\n")[1].split(":::")[0]
     assert "inherited_members: [" in entry and " save" in entry

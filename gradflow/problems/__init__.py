@@ -11,12 +11,22 @@ and the loss of a batch). The built-in problems:
   linear teacher (Saxe, McClelland and Ganguli 2014).
 - [`Committee`][gradflow.problems.Committee]: the soft committee machine
   (Saad and Solla 1995).
+- [`InContextRegression`][gradflow.problems.InContextRegression]: in-context
+  linear regression with linear attention (Zhang, Singh, Latham and Saxe
+  2025).
 """
 
 from .._engine.problem import Problem as Problem
 from ._committee import Committee as Committee
 from ._deep_linear import DeepLinear as DeepLinear
+from ._in_context.problem import InContextRegression as InContextRegression
 from ._markov.problem import MarkovAttention as MarkovAttention
 
 
-__all__ = ["Committee", "DeepLinear", "MarkovAttention", "Problem"]
+__all__ = [
+    "Committee",
+    "DeepLinear",
+    "InContextRegression",
+    "MarkovAttention",
+    "Problem",
+]
