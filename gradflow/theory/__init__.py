@@ -21,9 +21,20 @@ the loss, Hessian, Lanczos, `linearize`), `_critical` (plateaus, refinement,
 `critical_points`), `_continuation` (continuation in a chain parameter),
 `_predictions` (closed forms), `_problems` (the closed forms of the literature
 for the deep linear network and the soft committee machine) and `_report`
-(`theory_report`).
+(`theory_report`); those of in-context regression live beside the problem
+(`gradflow/problems/_in_context/theory.py`) and are re-exported here.
 """
 
+from ..problems._in_context.theory import (
+    in_context_aligned_start as in_context_aligned_start,
+    in_context_learning_time as in_context_learning_time,
+    in_context_level as in_context_level,
+    in_context_minimiser as in_context_minimiser,
+    in_context_saddle as in_context_saddle,
+    in_context_saddle_rate as in_context_saddle_rate,
+    in_context_saddle_spectrum as in_context_saddle_spectrum,
+    in_context_staircase as in_context_staircase,
+)
 from ._continuation import (
     continue_critical_point as continue_critical_point,
     eigen_clusters as eigen_clusters,
@@ -88,6 +99,14 @@ __all__ = [
     "flatten_params",
     "focus_prediction",
     "format_report",
+    "in_context_aligned_start",
+    "in_context_learning_time",
+    "in_context_level",
+    "in_context_minimiser",
+    "in_context_saddle",
+    "in_context_saddle_rate",
+    "in_context_saddle_spectrum",
+    "in_context_staircase",
     "lanczos",
     "linearize",
     "mode_focus_token",
