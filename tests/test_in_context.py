@@ -256,9 +256,11 @@ def test_separate_heads_learn_one_direction_per_drop_in_order(traj):
     assert traj.ok
     names = [s.name for s in traj.stages if s.name != "rank"]
     assert names == ["plateau", "drop"] * 3 + ["plateau"]
-    # each plateau at its level L_{1..k} (the flow passes each saddle at a
-    # distance of the order of the unlearnt components: measured 2e-4)
-    np.testing.assert_allclose(_plateau_losses(traj), LEVELS, rtol=1e-3)
+    # each plateau at its level L_{1..k}, at its least |grad L| (the flow
+    # passes each saddle at a distance of the order of the unlearnt
+    # components, where L differs from L_S at second order: measured 6e-7,
+    # 1.2e-6, 8e-8 and 2e-16)
+    np.testing.assert_allclose(_plateau_losses(traj), LEVELS, rtol=1e-5)
     # the directions in decreasing order of eigenvalue: direction k is half
     # learnt inside drop k
     gamma = 1 / ((1 + 1 / N) * LAM + PROBLEM.tau() / N)
@@ -278,7 +280,7 @@ def _stops_at_the_level_of_two_heads(traj, problem):
     assert traj.ok
     names = [s.name for s in traj.stages if s.name != "rank"]
     assert names == ["plateau", "drop"] * 2 + ["plateau"]
-    np.testing.assert_allclose(_plateau_losses(traj), LEVELS[:3], rtol=1e-3)
+    np.testing.assert_allclose(_plateau_losses(traj), LEVELS[:3], rtol=1e-5)
     assert traj.loss[-1] == pytest.approx(LEVELS[2], rel=1e-9)
     # the weakest direction is never learnt: it grows through the learnt
     # heads' small components, to at most 1e-3 of its learnt value (measured
@@ -319,8 +321,8 @@ def test_merged_heads_make_a_single_drop():
     names = [s.name for s in traj.stages if s.name != "rank"]
     assert names == ["plateau", "drop", "plateau"]
     drop = [s for s in traj.stages if s.name == "drop"][0]
-    # from tau/2 to within 1 % of the whole fall from the floor, then a smooth
-    # approach
+    # from tau/2 to within 1 % of the whole fall from the floor (measured
+    # 0.15 % and 0.07 %), then a smooth approach
     floor = problem.loss_floor()
     assert LEVELS[0] - drop.loss_start < 0.01 * (LEVELS[0] - floor)
     assert drop.loss_end - floor < 0.01 * (LEVELS[0] - floor)
@@ -355,6 +357,7 @@ def test_aligned_start_follows_the_cubic_escape(traj):
         c = np.cbrt(p)
         slope = 3 * c**4 * lam[k] ** 2 * (1 - p / gamma[k])  # dp/dt
         errors.append(abs(p - f * gamma[k]) / slope / times[i, k])
+    # (measured 2.4 rtol at the default rtol 1e-5, 16 rtol at rtol 1e-8)
     assert max(errors) < 10 * tol, f"largest time error {max(errors):.3g}"
     gammas = jax.vmap(PROBLEM.gamma)(flow.params)
     U = PROBLEM.eigen()[1]
