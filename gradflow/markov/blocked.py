@@ -50,8 +50,8 @@ from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
 from .._core.custom_types import Scalar
-from .primitive import attention_weights, population_cross_entropy
 from .chain import MarkovChain
+from .primitive import attention_weights, population_cross_entropy
 
 
 # The dense autodiff form serves vocabularies below this size (and every

@@ -14,6 +14,9 @@ capabilities it has ([`gradflow.SampledProblem`][] for SGD,
   linear teacher (Saxe, McClelland and Ganguli 2014).
 - [`Committee`][gradflow.problems.Committee]: the soft committee machine
   (Saad and Solla 1995).
+- [`InContextRegression`][gradflow.problems.InContextRegression]: in-context
+  linear regression with linear attention (Zhang, Singh, Latham and Saxe
+  2025).
 
 The engine's functions over any problem, for a problem's own code:
 [`astype`][gradflow.problems.astype], [`check_start`][gradflow.problems.check_start],
@@ -38,12 +41,14 @@ from .._stages import Curves as Curves, plateau_intervals as plateau_intervals
 from ..markov.problem import MarkovAttention as MarkovAttention
 from ._committee.problem import Committee as Committee
 from ._deep_linear.problem import DeepLinear as DeepLinear
+from ._in_context.problem import InContextRegression as InContextRegression
 
 
 __all__ = [
     "Committee",
     "Curves",
     "DeepLinear",
+    "InContextRegression",
     "MarkovAttention",
     "Problem",
     "astype",

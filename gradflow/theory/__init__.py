@@ -21,8 +21,10 @@ The closed forms of the built-in problems are here too:
   $\lambda = a^2|\gamma|$ (`origin_rate`, `unigram_point`,
   `focus_prediction`, ...);
 - the deep linear network (Saxe et al. 2014: `saxe_mode_strength`,
-  `deep_linear_saddle`, ...) and the soft committee machine (Saad and Solla
-  1995: `committee_plateau`, ...).
+  `deep_linear_saddle`, ...), the soft committee machine (Saad and Solla
+  1995: `committee_plateau`, ...) and in-context regression with linear
+  attention (Zhang et al. 2025: `in_context_level`, `in_context_saddle`,
+  ...).
 """
 
 # The generic theory first: the problems' modules below build on it.
@@ -52,6 +54,16 @@ from ..problems._deep_linear.theory import (  # noqa: E402
     deep_linear_saddle_rate as deep_linear_saddle_rate,
     saxe_learning_time as saxe_learning_time,
     saxe_mode_strength as saxe_mode_strength,
+)
+from ..problems._in_context.theory import (  # noqa: E402
+    in_context_aligned_start as in_context_aligned_start,
+    in_context_learning_time as in_context_learning_time,
+    in_context_level as in_context_level,
+    in_context_minimiser as in_context_minimiser,
+    in_context_saddle as in_context_saddle,
+    in_context_saddle_rate as in_context_saddle_rate,
+    in_context_saddle_spectrum as in_context_saddle_spectrum,
+    in_context_staircase as in_context_staircase,
 )
 from ._continuation import (
     continue_critical_point as continue_critical_point,
@@ -105,6 +117,14 @@ __all__ = [
     "focus_prediction",
     "format_report",
     "gauge_rank",
+    "in_context_aligned_start",
+    "in_context_learning_time",
+    "in_context_level",
+    "in_context_minimiser",
+    "in_context_saddle",
+    "in_context_saddle_rate",
+    "in_context_saddle_spectrum",
+    "in_context_staircase",
     "isotropic_norm",
     "lanczos",
     "linearize",
