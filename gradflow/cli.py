@@ -92,8 +92,7 @@ _RUNNING = argparse.Namespace(command=None)
 def _interrupted(args) -> str:
     """What a Ctrl-C outside the solve's loop interrupted, in one line."""
     out = getattr(args, "output", None)
-    written = [] if out is None else out.written
-    if written:
+    if out is not None and out.written:
         return f"while writing the results (wrote {out.names()} to {out.folder}/)"
     return "before the solve started; nothing was written"
 

@@ -53,12 +53,16 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def add_subcommand(subparsers, name: str, summary: str, description: str) -> Parser:
+def add_subcommand(subparsers, name: str, texts: tuple[str, str], func) -> Parser:
     """`subparsers.add_parser(name, ...)` with gradflow's parser class and
-    help formatter; `summary` is its line in `gradflow --help`."""
-    return subparsers.add_parser(
+    help formatter; `texts` is its line in `gradflow --help` and its
+    description, `func(args) -> exit status` runs it."""
+    summary, description = texts
+    parser = subparsers.add_parser(
         name, help=summary, description=description, formatter_class=HelpFormatter
     )
+    parser.set_defaults(func=func, parser=parser)
+    return parser
 
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -94,14 +98,16 @@ class UserCodeError(ValueError):
     is reported as it is, its argument names not taken for flags."""
 
 
-def fail(command: str, error: BaseException | str, names: dict[str, str]) -> int:
-    """Prints `gradflow COMMAND: error: MESSAGE` (one line, flags named as
-    typed) on stderr and returns 2, the exit status for bad input."""
+def fail(args: argparse.Namespace, error: BaseException | str) -> int:
+    """Prints `gradflow COMMAND: error: MESSAGE` (one line, the Python
+    argument names in it spoken as the flags of the command's parser) on
+    stderr and returns 2, the exit status for bad input."""
     message = str(error)
     if not isinstance(error, UserCodeError):
+        names = {**flag_names(args.parser), **LIBRARY_NAMES}
         message = speak_flags(message, names)
     message = " ".join(message.split())
-    print(f"gradflow {command}: error: {message}", file=sys.stderr)
+    print(f"gradflow {args.command}: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -238,10 +244,11 @@ def add_checkpoint_arguments(parser, command: str) -> None:
     )
 
 
-def add_output_arguments(parser, command: str, out: str | None, files: str) -> None:
+def add_output_arguments(parser, command: str, out: str | None, files: str):
     """`--out DIR` (default `out`, or none: nothing written), `--overwrite`,
     `--no-figures`, `--pdf` and `--no-progress`; `files` says what is
-    written into `--out`."""
+    written into `--out`. Returns the group (a command adds its own output
+    options to it)."""
     g = parser.add_argument_group("output")
     g.add_argument(
         "--out",
@@ -260,6 +267,7 @@ def add_output_arguments(parser, command: str, out: str | None, files: str) -> N
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
     g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return g
 
 
 def check_start_and_time(args: argparse.Namespace) -> None:
@@ -280,13 +288,7 @@ def flow_options(args: argparse.Namespace, *, batch_size: int | None = None):
     bad values are refused before the output folder is looked at."""
     import gradflow as gf
 
-    from .._core.validate import check_init_scale, check_positive_finite
-
-    for scale in (
-        args.init_scale if isinstance(args.init_scale, list) else [args.init_scale]
-    ):
-        check_init_scale(scale)
-    check_positive_finite("t1", args.t1)
+    check_start_and_time(args)
     if args.num_saves < 2:
         raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
     ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
@@ -295,14 +297,21 @@ def flow_options(args: argparse.Namespace, *, batch_size: int | None = None):
     solver = gf.Solver(
         args.solver, rtol=args.rtol, atol=args.atol, dtype=args.dtype, **extra
     )
-    run = gf.Run(
+    return saveat, solver, run_options(args, batch_size=batch_size)
+
+
+def run_options(args: argparse.Namespace, checkpoint=None, batch_size=None):
+    """The [`gradflow.Run`][] of the shared options (`checkpoint`: another
+    path than `--checkpoint`, e.g. a sweep group's)."""
+    import gradflow as gf
+
+    return gf.Run(
         progress=not args.no_progress,
-        checkpoint=args.checkpoint,
+        checkpoint=args.checkpoint if checkpoint is None else checkpoint,
         checkpoint_every=args.checkpoint_every,
         chunk_steps=args.chunk_steps,
         **({} if batch_size is None else {"batch_size": batch_size}),
     )
-    return saveat, solver, run
 
 
 # -- the output folder -------------------------------------------------------------
@@ -361,10 +370,15 @@ class Output:
                     parent.rmdir()
                     parent = parent.parent
 
+    @property
+    def root(self) -> Path:
+        """The folder (a command that always writes has one)."""
+        assert self.folder is not None
+        return self.folder
+
     def path(self, name: str | Path) -> Path:
         """`folder / name`, its folder made, recorded as written."""
-        assert self.folder is not None
-        path = self.folder / name
+        path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         self.record(path)
         return path
@@ -372,10 +386,11 @@ class Output:
     def record(self, *paths: Path) -> None:
         self.written += [Path(p) for p in paths]
 
-    def finish(self) -> Path | None:
-        """Writes `command.json`: the command line and the files written."""
+    def finish(self) -> None:
+        """Writes `command.json`: the command line and the files written
+        (none without a folder)."""
         if self.folder is None:
-            return None
+            return
         from .._core.files import atomic_write
 
         names = sorted(
@@ -388,7 +403,7 @@ class Output:
         text = json.dumps({"argv": sys.argv[1:], "files": names}, indent=1)
         path = self.folder / COMMAND_FILE
         atomic_write(path, lambda f: f.write(text.encode()))
-        return path
+        self.record(path)
 
     def names(self) -> str:
         return ", ".join(p.name for p in self.written)
@@ -436,6 +451,7 @@ __all__ = [
     "is_file",
     "flag_names",
     "flow_options",
+    "run_options",
     "speak_flags",
     "write_csv",
 ]

@@ -57,16 +57,8 @@ FACTORY = "package.module:factory"
 _GENERIC_FLOW = {"init_scale": 1e-3, "t1": 5000.0}
 _GENERIC_SGD = {"init_scale": 1e-3, "t1": 300.0, "lr": 0.2, "batch_size": 512}
 _SPEC_ONLY = ("shown", "commands", "grid", "min", "max", "above")
-GENERIC_STAGE_FIELDS = (
-    "name",
-    "cycle",
-    "t_start",
-    "t_end",
-    "loss_start",
-    "loss_end",
-    "complete",
-    "leaf",
-    "rank",
+GENERIC_STAGE_FIELDS = tuple(
+    "name cycle t_start t_end loss_start loss_end complete leaf rank".split()
 )
 GENERIC_EVENT_FIELDS = ("name", "t", "loss", "located")
 GENERIC_PHASES = {"values": ("plateau.t_end",), "init_scale": ("plateau.t_end", None)}

@@ -3,20 +3,8 @@ and figures."""
 
 import sys
 
-from .common import (
-    INPUT_ERRORS,
-    LIBRARY_NAMES,
-    Output,
-    add_checkpoint_arguments,
-    add_flow_arguments,
-    add_output_arguments,
-    add_subcommand,
-    fail,
-    flag_names,
-    flow_options,
-    is_file,
-    write_csv,
-)
+from . import common
+from .common import INPUT_ERRORS, Output, fail, write_csv
 from .preload import preload_figures
 from .problems import (
     GENERIC_EVENT_FIELDS,
@@ -32,26 +20,28 @@ FILES = "trajectory.npz, stages.csv, events.csv, command.json and the figures"
 
 
 def register(subparsers) -> None:
-    p = add_subcommand(
+    p = common.add_subcommand(
         subparsers,
         "run",
-        "integrate a problem's flow, find its stages, write files and figures",
-        "Integrate the population gradient flow of one problem (by default the "
-        "paper's model on the chain sticky(6, 0.5, 0.5, 0.05), width 8, init "
-        "scale 1e-3, through two full cycles; --problem deep-linear, committee, "
-        "in-context or a factory of your own), locate its saddles while solving "
-        "and its stages from the saved points, print a stage table, and write "
-        f"into --out: {FILES} (PNG; PDF too with --pdf). Each problem's default "
-        "--t1 ends a little after its last drop. Compiled solves are kept in "
-        "JAX's persistent compilation cache (~/.cache/gradflow/jax, or "
-        "$JAX_COMPILATION_CACHE_DIR), so a second run of the same shapes starts "
-        "without compiling.",
+        (
+            "integrate a problem's flow, find its stages, write files and figures",
+            "Integrate the population gradient flow of one problem (by default the "
+            "paper's model on the chain sticky(6, 0.5, 0.5, 0.05), width 8, init "
+            "scale 1e-3, through two full cycles; --problem deep-linear, committee, "
+            "in-context or a factory of your own), locate its saddles while solving "
+            "and its stages from the saved points, print a stage table, and write "
+            f"into --out: {FILES} (PNG; PDF too with --pdf). Each problem's default "
+            "--t1 ends a little after its last drop. Compiled solves are kept in "
+            "JAX's persistent compilation cache (~/.cache/gradflow/jax, or "
+            "$JAX_COMPILATION_CACHE_DIR), so a second run of the same shapes starts "
+            "without compiling.",
+        ),
+        run,
     )
     add_problem_arguments(p, "run")
-    add_flow_arguments(p, "run", shown_flow_defaults("run"))
-    add_checkpoint_arguments(p, "run")
-    add_output_arguments(p, "run", "gradflow_run", FILES)
-    p.set_defaults(func=run, flags={**flag_names(p), **LIBRARY_NAMES})
+    common.add_flow_arguments(p, "run", shown_flow_defaults("run"))
+    common.add_checkpoint_arguments(p, "run")
+    common.add_output_arguments(p, "run", "gradflow_run", FILES)
 
 
 def run(args) -> int:
@@ -75,9 +65,9 @@ def _run(args) -> int:
         choice = choose(args, "run")
         choice.fill_defaults(args, "run")
         ((problem, description),) = choice.build()
-        saveat, solver, options = flow_options(args)
+        saveat, solver, options = common.flow_options(args)
         out = Output(
-            args.out, overwrite=args.overwrite, resuming=is_file(args.checkpoint)
+            args.out, overwrite=args.overwrite, resuming=common.is_file(args.checkpoint)
         )
         args.output = out
         traj = gf.flow(
@@ -90,7 +80,7 @@ def _run(args) -> int:
             run=options,
         )
     except INPUT_ERRORS as e:
-        return fail("run", e, args.flags)
+        return fail(args, e)
     except gf.Interrupted as e:
         # Ctrl-C during the solve: keep what was computed (no figures)
         interrupted, traj = e, e.result
@@ -135,9 +125,9 @@ def _run(args) -> int:
     if not args.no_figures:
         import gradflow.plot as plot
 
-        out.record(*plot.plot_all(traj, out.folder, title=description, pdf=args.pdf))
-    out.record(out.finish())
-    print(f"wrote {out.names()} to {out.folder}/")
+        out.record(*plot.plot_all(traj, out.root, title=description, pdf=args.pdf))
+    out.finish()
+    print(f"wrote {out.names()} to {out.root}/")
     if not traj.ok:
         print(
             f"gradflow run: error: {traj.message} (the partial trajectory is in "

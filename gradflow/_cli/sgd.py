@@ -13,20 +13,8 @@ import json
 import math
 import sys
 
-from .common import (
-    INPUT_ERRORS,
-    LIBRARY_NAMES,
-    SOLVER_FLAGS,
-    Output,
-    add_checkpoint_arguments,
-    add_flow_arguments,
-    add_output_arguments,
-    add_subcommand,
-    check_start_and_time,
-    fail,
-    flag_names,
-    is_file,
-)
+from . import common
+from .common import INPUT_ERRORS, SOLVER_FLAGS, Output, fail
 from .problems import (
     add_problem_arguments,
     choose,
@@ -43,20 +31,24 @@ FILES = (
 
 
 def register(subparsers) -> None:
-    parser = add_subcommand(
+    parser = common.add_subcommand(
         subparsers,
         "sgd",
-        "SGD of a problem on its samples, on the flow's time axis",
-        "Train a problem with SGD on its samples (the paper's finite-context "
-        "model, docs/model.md, on sequences of a Markov chain or windows of a "
-        "text, by default; any problem that samples: --problem deep-linear, "
-        "committee, in-context or a factory), log it at t = lr * step and score "
-        "each saved iterate with the population loss. With --flow, also integrate "
-        "the population flow from the same start and compare, drop by drop. With "
-        f"--out, write into that folder: {FILES} (and .pdf with --pdf).",
+        (
+            "SGD of a problem on its samples, on the flow's time axis",
+            "Train a problem with SGD on its samples (the paper's finite-context "
+            "model, docs/model.md, on sequences of a Markov chain or windows of a "
+            "text, by default; any problem that samples: --problem deep-linear, "
+            "committee, in-context or a factory), log it at t = lr * step and score "
+            "each saved iterate with the population loss. With --flow, also "
+            "integrate the population flow from the same start and compare, drop by "
+            f"drop. With --out, write into that folder: {FILES} (and .pdf with "
+            "--pdf).",
+        ),
+        main,
     )
     add_problem_arguments(parser, "sgd")
-    add_flow_arguments(parser, "sgd", shown_flow_defaults("sgd"))
+    common.add_flow_arguments(parser, "sgd", shown_flow_defaults("sgd"))
     g = parser.add_argument_group("SGD")
     g.add_argument(
         "--batch-size",
@@ -87,12 +79,9 @@ def register(subparsers) -> None:
         action="store_true",
         help="also integrate the flow from the same start and compare",
     )
-    add_checkpoint_arguments(parser, "sgd")
-    add_output_arguments(parser, "sgd", None, FILES)
-    parser.add_argument_group("output").add_argument(
-        "--json", action="store_true", help="print the summary as JSON"
-    )
-    parser.set_defaults(func=main, flags={**flag_names(parser), **LIBRARY_NAMES})
+    common.add_checkpoint_arguments(parser, "sgd")
+    output = common.add_output_arguments(parser, "sgd", None, FILES)
+    output.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def _save_run(run, out: Output) -> str | None:
@@ -181,10 +170,10 @@ def main(args: argparse.Namespace) -> int:
         ((problem, description),) = choice.build()
         if args.num_saves < 2:
             raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
-        check_start_and_time(args)
+        common.check_start_and_time(args)
         sgd = _sgd(args)
         out = Output(
-            args.out, overwrite=args.overwrite, resuming=is_file(args.checkpoint)
+            args.out, overwrite=args.overwrite, resuming=common.is_file(args.checkpoint)
         )
         args.output = out
         run = gf.train_sgd(
@@ -197,15 +186,10 @@ def main(args: argparse.Namespace) -> int:
                 gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None,
                 stages=not args.no_stages,
             ),
-            run=gf.Run(
-                progress=not args.no_progress,
-                checkpoint=args.checkpoint,
-                checkpoint_every=args.checkpoint_every,
-                chunk_steps=args.chunk_steps,
-            ),
+            run=common.run_options(args),
         )
     except INPUT_ERRORS as e:
-        return fail("sgd", e, args.flags)
+        return fail(args, e)
     except gf.Interrupted as e:
         # The message starts "gradflow.train_sgd: interrupted at step k of n
         # (t = ...)"; the rest speaks of Python arguments, so say the same for
@@ -279,12 +263,13 @@ def _compare(args, run, plugin, where: tuple[str, Output], summary: dict) -> int
             run=gf.Run(progress=not args.no_progress),
         )
     except INPUT_ERRORS as e:
-        return fail("sgd", e, args.flags)
+        out.finish()
+        return fail(args, e)
     except KeyboardInterrupt:
         out.finish()
         saved = summary.get("saved")
-        where = f"; the SGD run is saved to {saved}" if saved is not None else ""
-        print(f"gradflow sgd: interrupted during the flow{where}", file=sys.stderr)
+        note = f"; the SGD run is saved to {saved}" if saved is not None else ""
+        print(f"gradflow sgd: interrupted during the flow{note}", file=sys.stderr)
         return 130
     cmp = gf.compare(traj, run)
     summary["compare"] = cmp.summary()
@@ -292,9 +277,8 @@ def _compare(args, run, plugin, where: tuple[str, Output], summary: dict) -> int
         traj.save(out.path("trajectory.npz"))
         if not args.no_figures:
             formats = ("png", "pdf") if args.pdf else ("png",)
-            assert out.folder is not None
             paths = cmp.save_figure(
-                out.folder / "compare", title=description, formats=formats
+                out.root / "compare", title=description, formats=formats
             )
             out.record(*paths)
             summary["figure"] = [str(p) for p in paths]

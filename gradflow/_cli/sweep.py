@@ -4,23 +4,13 @@ and the figures."""
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from .common import (
-    INPUT_ERRORS,
-    LIBRARY_NAMES,
-    Output,
-    add_checkpoint_arguments,
-    add_flow_arguments,
-    add_output_arguments,
-    add_subcommand,
-    fail,
-    flag_names,
-    flow_options,
-    is_file,
-)
+from . import common
+from .common import INPUT_ERRORS, Output, fail
 from .problems import (
     GENERIC_PHASES,
     add_problem_arguments,
@@ -54,19 +44,23 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def register(subparsers) -> None:
-    p = add_subcommand(
+    p = common.add_subcommand(
         subparsers,
         "sweep",
-        "many flows in one batched call; phase diagrams",
-        "Integrate one problem over a grid of its options, init scales and seeds "
-        "in one batched (and device-sharded) solve per group of equal shapes, and "
-        f"write into --out: {FILES} (sweep_summary and phase diagrams; PNG, PDF "
-        "too with --pdf). Every numeric option of a problem that takes one number, "
-        "and --init-scale, takes start:stop:num or a comma list, e.g. --delta "
-        "0:0.1:11 --seeds 8, or --problem committee --teacher-norm 0.5,1,2.",
+        (
+            "many flows in one batched call; phase diagrams",
+            "Integrate one problem over a grid of its options, init scales and "
+            "seeds in one batched (and device-sharded) solve per group of equal "
+            f"shapes, and write into --out: {FILES} (sweep_summary and phase "
+            "diagrams; PNG, PDF too with --pdf). Every numeric option of a problem "
+            "that takes one number, and --init-scale, takes start:stop:num or a "
+            "comma list, e.g. --delta 0:0.1:11 --seeds 8, or --problem committee "
+            "--teacher-norm 0.5,1,2.",
+        ),
+        run,
     )
     add_problem_arguments(p, "sweep")
-    add_flow_arguments(p, "sweep", shown_flow_defaults("sweep"))
+    common.add_flow_arguments(p, "sweep", shown_flow_defaults("sweep"))
     p.add_argument(
         "--batch-size",
         type=int,
@@ -74,9 +68,8 @@ def register(subparsers) -> None:
         help="members of a device stepped together under vmap (default: 1 on a "
         "CPU, all on a GPU or TPU)",
     )
-    add_checkpoint_arguments(p, "sweep")
-    add_output_arguments(p, "sweep", "gradflow_sweep", "the files above")
-    p.set_defaults(func=run, flags={**flag_names(p), **LIBRARY_NAMES})
+    common.add_checkpoint_arguments(p, "sweep")
+    common.add_output_arguments(p, "sweep", "gradflow_sweep", "the files above")
 
 
 def _signature(problem):
@@ -140,8 +133,7 @@ def _figures(sw, out: Output, folder: str, phases: dict, pdf: bool) -> None:
     import gradflow.plot as plot
 
     formats = ("png", "pdf") if pdf else ("png",)
-    assert out.folder is not None
-    stem = out.folder / folder
+    stem = out.root / folder
     paths = plot.save_figure(plot.sweep_summary(sw), stem / "sweep_summary", formats)
     if sw.labels:
         x = next(iter(sw.labels))
@@ -169,18 +161,18 @@ def run(args) -> int:
         scales = parse_values("--init-scale", args.init_scale)
         seeds = parse_seeds(args.seeds)
         args.init_scale = scales
-        saveat, solver, options = flow_options(args, batch_size=args.batch_size)
+        saveat, solver, _ = common.flow_options(args)
         built = choice.build()
         grouped = groups(choice, [p for p, _ in built])
-        again = any(is_file(_checkpoint(args.checkpoint, g)) for g, _ in grouped)
+        again = any(common.is_file(_checkpoint(args.checkpoint, g)) for g, _ in grouped)
         out = Output(args.out, overwrite=args.overwrite, resuming=again)
         args.output = out
     except INPUT_ERRORS as e:
-        return fail("sweep", e, args.flags)
+        return fail(args, e)
     phases = getattr(choice.plugin, "SWEEP_PHASES", GENERIC_PHASES)
     status = 0
     for group, members in grouped:
-        labels = {
+        labels: dict[str, Sequence] = {
             name: [getattr(choice.points[i], name) for i in members]
             for name in choice.swept
         }
@@ -197,16 +189,12 @@ def run(args) -> int:
                 labels=labels or None,
                 saveat=saveat,
                 solver=solver,
-                run=gf.Run(
-                    progress=options.progress,
-                    checkpoint=_checkpoint(args.checkpoint, group),
-                    checkpoint_every=options.checkpoint_every,
-                    chunk_steps=options.chunk_steps,
-                    batch_size=options.batch_size,
+                run=common.run_options(
+                    args, _checkpoint(args.checkpoint, group), args.batch_size
                 ),
             )
         except INPUT_ERRORS as e:
-            return fail("sweep", e, args.flags)
+            return fail(args, e)
         except gf.Interrupted as e:
             interrupted, sw = e, e.result
         wall = time.perf_counter() - start
@@ -214,12 +202,17 @@ def run(args) -> int:
         files = [sw.save(out.path(folder / "sweep.npz"))]
         table = sw.table()
         table.to_csv(out.path(folder / "stages.csv"), index=False)
-        files.append(out.folder / folder / "stages.csv")
+        files.append(out.root / folder / "stages.csv")
         if interrupted is not None:
             out.finish()
+            again = (
+                "run the same command to resume from its checkpoint"
+                if args.checkpoint is not None
+                else "not resumable (no --checkpoint)"
+            )
             print(
-                f"gradflow sweep: interrupted: {interrupted}; the partial sweep is "
-                f"in {files[0]}",
+                f"gradflow sweep: interrupted (Ctrl-C); the partial sweep is in "
+                f"{files[0]}; {again}",
                 file=sys.stderr,
             )
             return 130
@@ -246,5 +239,5 @@ def run(args) -> int:
             status = 1
         for f in files:
             print(f"  wrote {f}")
-    out.record(out.finish())
+    out.finish()
     return status

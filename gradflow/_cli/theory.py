@@ -9,21 +9,25 @@ import sys
 import warnings
 from pathlib import Path
 
-from .common import INPUT_ERRORS, add_subcommand, existing_path, fail, flag_names
+from .common import INPUT_ERRORS, add_subcommand, existing_path, fail
 
 
 def register(subparsers) -> None:
     parser = add_subcommand(
         subparsers,
         "theory",
-        "predicted against measured: critical points, unstable rates, escapes",
-        "Finds the plateaus of a saved trajectory of any problem (gradflow run "
-        "writes trajectory.npz), refines the critical point each one shadows, "
-        "linearises the flow there, and prints the theory's predictions (the "
-        "unstable rates; for the paper's model also its closed forms) against "
-        "what the trajectory measured. With --out, writes NAME.json and the "
-        "figure NAME.png (and NAME.pdf with --pdf) into that folder, beside "
-        "what is there (files of the same names are refused unless --overwrite).",
+        (
+            "predicted against measured: critical points, unstable rates, escapes",
+            "Finds the plateaus of a saved trajectory of any problem (gradflow run "
+            "writes trajectory.npz), refines the critical point each one shadows, "
+            "linearises the flow there, and prints the theory's predictions (the "
+            "unstable rates; for the paper's model also its closed forms) against "
+            "what the trajectory measured. With --out, writes NAME.json and the "
+            "figure NAME.png (and NAME.pdf with --pdf) into that folder, beside "
+            "what is there (files of the same names are refused unless "
+            "--overwrite).",
+        ),
+        run,
     )
     parser.add_argument(
         "trajectory",
@@ -52,7 +56,6 @@ def register(subparsers) -> None:
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figure")
     g.add_argument("--pdf", action="store_true", help="also write the figure as PDF")
-    parser.set_defaults(func=run, flags=flag_names(parser))
 
 
 def _load(path: Path):
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         points = critical_points(traj, threshold=args.threshold)
         rows = theory_report(traj, points=points)
     except INPUT_ERRORS as e:
-        return fail("theory", e, args.flags)
+        return fail(args, e)
     print(repr(traj))
     print("critical points:")
     for cp in points:

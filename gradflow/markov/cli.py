@@ -26,15 +26,7 @@ FAMILIES = {
     "zipf": {"d": 8, "exponent": 1.0, "rho": 0.0},
     "random": {"d": 8, "concentration": 1.0, "exponent": 1.0, "chain_seed": 0},
 }
-CHAIN_FLAGS = (
-    "d",
-    "top_mass",
-    "rho",
-    "delta",
-    "exponent",
-    "concentration",
-    "chain_seed",
-)
+CHAIN_FLAGS = tuple("d top_mass rho delta exponent concentration chain_seed".split())
 TEXT_FLAGS = ("vocab_size", "level", "tail", "smoothing")
 
 _TEXT = ("run", "sgd")  # a text's chain: run and sgd (not swept)
@@ -52,130 +44,66 @@ def _smoothing(text: str):
         ) from None
 
 
+# fmt: off
 OPTIONS = {
     "--chain": dict(choices=tuple(FAMILIES), default="sticky", help="chain family"),
-    "--transition-matrix": dict(
-        metavar="FILE.npy",
-        type=Path,
-        default=None,
-        shown="none, the --chain family",
-        help="a (d, d) row-stochastic matrix saved with numpy.save, instead of "
-        "--chain and its parameters",
-    ),
-    "--d": dict(
-        type=int,
-        grid=True,
-        default=None,
-        shown="sticky 6, zipf and random 8",
-        help="vocabulary size",
-    ),
-    "--top-mass": dict(
-        type=float,
-        grid=True,
-        default=0.5,
-        help="sticky: stationary probability of token 0",
-    ),  # fmt: skip
-    "--rho": dict(
-        type=float,
-        grid=True,
-        default=None,
-        shown="sticky 0.5, zipf 0",
-        help="sticky, zipf: extra probability of repeating the current token",
-    ),
-    "--delta": dict(
-        type=float,
-        grid=True,
-        default=0.05,
-        help="sticky: asymmetry among the rare tokens (0: exactly symmetric)",
-    ),  # fmt: skip
-    "--exponent": dict(
-        type=float, grid=True, default=1.0, help="zipf, random: Zipf exponent"
-    ),
-    "--concentration": dict(
-        type=float,
-        grid=True,
-        default=1.0,
-        help="random: Dirichlet concentration of each row",
-    ),  # fmt: skip
-    "--chain-seed": dict(
-        type=int, grid=True, default=0, help="random: seed of the chain"
-    ),
-    "--text": dict(
-        metavar="PATH",
-        commands=_TEXT,
-        default=None,
-        shown="none, a synthetic chain",
-        help="an existing UTF-8 file or folder (WikiText wiki.train.raw, "
-        "TinyStories .txt), or 'builtin' for Python's documentation topics: its "
-        "bigram chain, instead of --chain",
-    ),
-    "--vocab-size": dict(
-        metavar="K",
-        type=int,
-        commands=_TEXT,
-        default=30,
-        help="with --text: keep the K-1 most frequent tokens plus <other>",
-    ),  # fmt: skip
-    "--level": dict(
-        choices=("word", "char", "bpe"),
-        commands=_TEXT,
-        default="word",
-        help="with --text: tokenise by word, character, or byte-level BPE trained "
-        "on the text to --vocab-size tokens",
-    ),
-    "--tail": dict(
-        choices=("other", "drop"),
-        commands=_TEXT,
-        default="other",
-        help="with --text: tokens outside the vocabulary: one <other> token, or "
-        "removed from the stream",
-    ),
-    "--smoothing": dict(
-        type=_smoothing,
-        commands=_TEXT,
-        default="auto",
-        help="with --text: pseudo-count added to every bigram count, or 'auto' "
-        "(pseudo-counts 1 %% of the bigram counts)",
-    ),
+    "--transition-matrix": dict(metavar="FILE.npy", type=Path, default=None,
+                                shown="none, the --chain family",
+                                help="a (d, d) row-stochastic matrix saved with "
+                                "numpy.save, instead of --chain and its parameters"),
+    "--d": dict(type=int, grid=True, default=None, shown="sticky 6, zipf and random 8",
+                help="vocabulary size"),
+    "--top-mass": dict(type=float, grid=True, default=0.5,
+                       help="sticky: stationary probability of token 0"),
+    "--rho": dict(type=float, grid=True, default=None, shown="sticky 0.5, zipf 0",
+                  help="sticky, zipf: extra probability of repeating the current "
+                  "token"),
+    "--delta": dict(type=float, grid=True, default=0.05,
+                    help="sticky: asymmetry among the rare tokens (0: exactly "
+                    "symmetric)"),
+    "--exponent": dict(type=float, grid=True, default=1.0,
+                       help="zipf, random: Zipf exponent"),
+    "--concentration": dict(type=float, grid=True, default=1.0,
+                            help="random: Dirichlet concentration of each row"),
+    "--chain-seed": dict(type=int, grid=True, default=0, help="random: seed of the chain"),
+    "--text": dict(metavar="PATH", commands=_TEXT, default=None,
+                   shown="none, a synthetic chain",
+                   help="an existing UTF-8 file or folder (WikiText wiki.train.raw, "
+                   "TinyStories .txt), or 'builtin' for Python's documentation "
+                   "topics: its bigram chain, instead of --chain"),
+    "--vocab-size": dict(metavar="K", type=int, commands=_TEXT, default=30,
+                         help="with --text: keep the K-1 most frequent tokens plus "
+                         "<other>"),
+    "--level": dict(choices=("word", "char", "bpe"), commands=_TEXT, default="word",
+                    help="with --text: tokenise by word, character, or byte-level "
+                    "BPE trained on the text to --vocab-size tokens"),
+    "--tail": dict(choices=("other", "drop"), commands=_TEXT, default="other",
+                   help="with --text: tokens outside the vocabulary: one <other> "
+                   "token, or removed from the stream"),
+    "--smoothing": dict(type=_smoothing, commands=_TEXT, default="auto",
+                        help="with --text: pseudo-count added to every bigram "
+                        "count, or 'auto' (pseudo-counts 1 %% of the bigram counts)"),
     "--width": dict(type=int, grid=True, default=8, help="embedding width m"),
-    "--heads": dict(
-        metavar="H", type=int, min=1, default=1, help="attention heads per layer"
-    ),
-    "--layers": dict(
-        metavar="L", type=int, min=1, max=2, default=1, help="attention layers"
-    ),
+    "--heads": dict(metavar="H", type=int, min=1, default=1,
+                    help="attention heads per layer"),
+    "--layers": dict(metavar="L", type=int, min=1, max=2, default=1,
+                     help="attention layers"),
     "--value": dict(type=bool, help="a value matrix per head"),
     "--residual": dict(type=bool, help="a residual stream"),
-    "--norm": dict(
-        choices=("none", "rms", "layer"),
-        default="none",
-        help="normalisation of each column before W1",
-    ),
-    "--context": dict(
-        type=int,
-        commands=("sgd",),
-        default=256,
-        help="context length s of the sequences SGD trains on (the flow's loss "
-        "is the infinite-context one)",
-    ),
+    "--norm": dict(choices=("none", "rms", "layer"), default="none",
+                   help="normalisation of each column before W1"),
+    "--context": dict(type=int, commands=("sgd",), default=256,
+                      help="context length s of the sequences SGD trains on (the "
+                      "flow's loss is the infinite-context one)"),
 }
+# fmt: on
 
 FLOW_DEFAULTS = {"init_scale": 1e-3, "t1": 5000.0}
 SGD_DEFAULTS = {"init_scale": 1e-3, "t1": 300.0, "lr": 0.2, "batch_size": 512}
 
-STAGE_FIELDS = (
-    "name",
-    "cycle",
-    "t_start",
-    "t_end",
-    "loss_start",
-    "loss_end",
-    "tokens",
-    "token_labels",
-    "complete",
-    "mass_start",
-    "mass_end",
-    "sv_index",
+STAGE_FIELDS = tuple(
+    "name cycle t_start t_end loss_start loss_end tokens token_labels complete "
+    "mass_start mass_end sv_index".split()
 )
 EVENT_FIELDS = ("name", "t", "loss", "token", "located")
 

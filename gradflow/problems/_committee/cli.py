@@ -11,39 +11,22 @@ from ..._core.files import read_array
 NAME = "committee"
 TITLE = "the soft committee machine (Saad and Solla 1995)"
 
+# fmt: off
 OPTIONS = {
     "--students": dict(type=int, grid=True, min=1, default=3, help="students K"),
     "--teachers": dict(type=int, grid=True, min=1, default=3, help="teachers M"),
-    "--inputs": dict(
-        type=int,
-        grid=True,
-        min=1,
-        default=None,
-        shown="2 x teachers",
-        help="N",
-    ),
-    "--teacher-norm": dict(
-        type=float,
-        grid=True,
-        above=0.0,
-        default=1.0,
-        help="the norm of every (orthogonal) teacher vector",
-    ),
-    "--teacher": dict(
-        metavar="FILE.npy",
-        type=Path,
-        default=None,
-        shown="none, built from --teachers, --inputs, --teacher-norm",
-        help="the teacher's (M, N) weights",
-    ),
-    "--problem-seed": dict(
-        type=int,
-        grid=True,
-        default=None,
-        shown="none, the first unit vectors",
-        help="seed of a random orthogonal teacher",
-    ),
+    "--inputs": dict(type=int, grid=True, min=1, default=None, shown="2 x teachers",
+                     help="N"),
+    "--teacher-norm": dict(type=float, grid=True, above=0.0, default=1.0,
+                           help="the norm of every (orthogonal) teacher vector"),
+    "--teacher": dict(metavar="FILE.npy", type=Path, default=None,
+                      shown="none, built from --teachers, --inputs, --teacher-norm",
+                      help="the teacher's (M, N) weights"),
+    "--problem-seed": dict(type=int, grid=True, default=None,
+                           shown="none, the first unit vectors",
+                           help="seed of a random orthogonal teacher"),
 }
+# fmt: on
 
 # The specialisation drop (init 1e-3) ends near t = 180.
 FLOW_DEFAULTS = {"init_scale": 1e-3, "t1": 300.0}

@@ -11,61 +11,29 @@ from ..._core.files import read_array
 NAME = "deep-linear"
 TITLE = "a deep linear network on a linear teacher (Saxe, McClelland, Ganguli 2014)"
 
+# fmt: off
 OPTIONS = {
-    "--singular-values": dict(
-        metavar="S",
-        type=float,
-        nargs="+",
-        above=0.0,
-        default=(3.0, 1.0, 0.3),
-        help="the singular values of sigma_yx (random bases, sigma_xx = I)",
-    ),
-    "--inputs": dict(
-        type=int,
-        grid=True,
-        min=1,
-        default=None,
-        shown="singular values + 2",
-        help="n_in",
-    ),
-    "--outputs": dict(
-        type=int,
-        grid=True,
-        min=1,
-        default=None,
-        shown="singular values + 1",
-        help="n_out",
-    ),
-    "--hidden": dict(
-        metavar="H",
-        type=int,
-        nargs="+",
-        min=1,
-        default=None,
-        shown="one layer of n_out units",
-        help="hidden widths, one per hidden layer",
-    ),
-    "--sigma-xx": dict(
-        metavar="FILE.npy",
-        type=Path,
-        default=None,
-        shown="identity",
-        help="the input covariance (with --sigma-yx)",
-    ),
-    "--sigma-yx": dict(
-        metavar="FILE.npy",
-        type=Path,
-        default=None,
-        shown="none, built from --singular-values",
-        help="the input-output covariance, instead of --singular-values",
-    ),
-    "--problem-seed": dict(
-        type=int,
-        grid=True,
-        default=0,
-        help="seed of the random singular bases",
-    ),
+    "--singular-values": dict(metavar="S", type=float, nargs="+", above=0.0,
+                              default=(3.0, 1.0, 0.3),
+                              help="the singular values of sigma_yx (random bases, "
+                              "sigma_xx = I)"),
+    "--inputs": dict(type=int, grid=True, min=1, default=None,
+                     shown="singular values + 2", help="n_in"),
+    "--outputs": dict(type=int, grid=True, min=1, default=None,
+                      shown="singular values + 1", help="n_out"),
+    "--hidden": dict(metavar="H", type=int, nargs="+", min=1, default=None,
+                     shown="one layer of n_out units",
+                     help="hidden widths, one per hidden layer"),
+    "--sigma-xx": dict(metavar="FILE.npy", type=Path, default=None, shown="identity",
+                       help="the input covariance (with --sigma-yx)"),
+    "--sigma-yx": dict(metavar="FILE.npy", type=Path, default=None,
+                       shown="none, built from --singular-values",
+                       help="the input-output covariance, instead of "
+                       "--singular-values"),
+    "--problem-seed": dict(type=int, grid=True, default=0,
+                           help="seed of the random singular bases"),
 }
+# fmt: on
 
 # The last of the default drops (s = 0.3, init 1e-3) ends near t = 25; the
 # loss reaches round-off near t = 50.

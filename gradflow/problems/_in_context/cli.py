@@ -12,49 +12,29 @@ def _key_dim(text: str):
     """`--key-dim`: an integer >= 1, or 'merged' (merged key-query)."""
     if text == "merged":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"--key-dim must be an integer >= 1 or 'merged', got {text!r}")
-    return value
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"--key-dim must be an integer >= 1 or 'merged', got {text!r}")
 
 
+# fmt: off
 OPTIONS = {
-    "--d": dict(
-        type=int,
-        grid=True,
-        min=1,
-        default=None,
-        shown="3, or the number of --eigenvalues",
-        help="the inputs' dimension D",
-    ),
-    "--eigenvalues": dict(
-        metavar="LAMBDA",
-        type=float,
-        nargs="+",
-        above=0.0,
-        default=None,
-        shown="1, 1/2, 1/4, ... (D of them)",
-        help="the eigenvalues of the inputs' covariance (diagonal)",
-    ),
+    "--d": dict(type=int, grid=True, min=1, default=None,
+                shown="3, or the number of --eigenvalues",
+                help="the inputs' dimension D"),
+    "--eigenvalues": dict(metavar="LAMBDA", type=float, nargs="+", above=0.0,
+                          default=None, shown="1, 1/2, 1/4, ... (D of them)",
+                          help="the eigenvalues of the inputs' covariance "
+                          "(diagonal)"),
     "--context": dict(type=int, grid=True, default=16, help="examples N in a sequence"),
     "--heads": dict(metavar="H", type=int, grid=True, min=1, default=3, help="heads H"),
-    "--key-dim": dict(
-        metavar="R",
-        type=_key_dim,
-        default=1,
-        help="rows r of each head's key and query, or 'merged' for merged key-query",
-    ),
-    "--noise": dict(
-        type=float,
-        grid=True,
-        min=0.0,
-        default=0.0,
-        help="the labels' noise standard deviation",
-    ),
+    "--key-dim": dict(metavar="R", type=_key_dim, default=1,
+                      help="rows r of each head's key and query, or 'merged' for "
+                      "merged key-query"),
+    "--noise": dict(type=float, grid=True, min=0.0, default=0.0,
+                    help="the labels' noise standard deviation"),
 }
+# fmt: on
 
 # The plateaus last about 1 / (lambda^2 init_scale): at init 1e-2 the default
 # eigenvalues' three directions are half learnt near t = 106, 457 and 2933.
