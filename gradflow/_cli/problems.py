@@ -56,7 +56,6 @@ ALL_COMMANDS = ("run", "sweep", "sgd")
 FACTORY = "package.module:factory"
 _GENERIC_FLOW = {"init_scale": 1e-3, "t1": 5000.0}
 _GENERIC_SGD = {"init_scale": 1e-3, "t1": 300.0, "lr": 0.2, "batch_size": 512}
-_SPEC_ONLY = ("shown", "commands", "grid", "min", "max", "above")
 GENERIC_STAGE_FIELDS = tuple(
     "name cycle t_start t_end loss_start loss_end complete leaf rank".split()
 )
@@ -145,6 +144,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser, command: str) -> None
     }
     for flag, owners in _table(command).items():
         spec = owners[0][1]
+        # a flag two problems share is one option: one form
+        forms = {(s.get("nargs"), s.get("type") is bool) for _, s in owners}
+        assert len(forms) == 1, f"{flag} takes different forms in {owners}"
         kwargs: dict = {"dest": _dest(flag), "default": argparse.SUPPRESS}
         if spec.get("type") is bool:
             kwargs["action"] = "store_true"
