@@ -95,7 +95,7 @@ def test_sweep_deep_linear_over_a_grid_of_its_option(tmp_path, capsys):
     assert main([*argv, "--out", str(out), *QUIET]) == 0
     printed = capsys.readouterr().out
     assert "  swept: problem_seed = 0, 1\n" in printed
-    assert "2 members (2 problems x 1 init scales x 1 seeds)" in printed
+    assert "2 members (2 problems x 1 init scale x 1 seed)" in printed
     problems = [
         gf.problems.DeepLinear.random([2.0, 1.0], n_in=4, n_out=3, hidden=(3,), seed=s)
         for s in (0, 1)

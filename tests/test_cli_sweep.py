@@ -54,7 +54,7 @@ def test_sweep_command_writes_sweep_table_figures(tmp_path, capsys):
     assert [p.name for p in tmp_path.glob("*.npz")] == [ckpt.name]
     printed = capsys.readouterr().out
     assert "  swept: delta = 0, 0.1\n" in printed
-    assert "8 members (2 problems x 1 init scales x 4 seeds)" in printed
+    assert "8 members (2 problems x 1 init scale x 4 seeds)" in printed
     sw = gf.load_sweep(out / "sweep.npz")
     ref = small_sweep(gf)
     np.testing.assert_allclose(sw.loss, ref.loss, rtol=1e-12, atol=0)

@@ -122,6 +122,10 @@ def groups(choice, problems) -> list[tuple[str, list[int]]]:
     return [(n, m) for n, (_, m) in zip(names, found, strict=True)]
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _checkpoint(path: Path | None, group: str) -> Path | None:
     if path is None or not group:
         return path
@@ -229,10 +233,18 @@ def run(args) -> int:
             )
             print(f"  swept: {name} = {shown}")
         what = f"group {group}: " if group else ""
+        sizes = " x ".join(
+            _count(n, word)
+            for n, word in (
+                (len(problems), "problem"),
+                (len(scales), "init scale"),
+                (len(seeds), "seed"),
+            )
+        )
         print(
-            f"{what}{len(sw)} members ({len(problems)} problems x {len(scales)} "
-            f"init scales x {len(seeds)} seeds) on {sw.stats.num_devices} "
-            f"device(s), {n_ok} ok, {len(sw) - n_ok} failed, {wall:.1f} s"
+            f"{what}{_count(len(sw), 'member')} ({sizes}) on "
+            f"{sw.stats.num_devices} device(s), {n_ok} ok, {len(sw) - n_ok} "
+            f"failed, {wall:.1f} s"
         )
         for i in np.flatnonzero(~sw.ok):
             print(f"  member {i} ({sw.members[i]}): {sw[i].message}")
