@@ -5,8 +5,8 @@
 
 runs the three commands of `RUNS` (`gradflow run ... --no-figures`, the
 trajectory into `DIR/d<d>`, a temporary folder without `--keep`; a run whose
-`command.json` there holds the same command, up to `--out`, `--no-progress`
-and `--no-figures`, is read back instead of solved again) and writes
+`command.json` there holds the same command, up to `--out`, `--no-progress`,
+`--no-figures` and `--overwrite`, is read back instead of solved again) and writes
 `docs/figures/scale_d<d>_{summary,embeddings_pca,attention}.png` with
 `gradflow.plot`, titled as `gradflow run` titles them (the chain it prints,
 kept in `command.json`). The d = 512 run takes several minutes on a 2-core
@@ -32,12 +32,12 @@ RUNS = {
 
 def _trajectory(d: int, folder: Path):
     """`(trajectory, title)` of the run of `RUNS[d]`: the title is the chain
-    that `gradflow run` prints (`chain: TITLE; model: ...`)."""
+    that `gradflow run` prints (`problem: TITLE; model: ...`)."""
     import gradflow as gf
     from gradflow.cli import main
 
     out = folder / f"d{d}"
-    argv = [*RUNS[d], "--no-progress", "--no-figures", "--out", str(out)]
+    argv = [*RUNS[d], "--no-progress", "--no-figures", "--overwrite", "--out", str(out)]
     done = out / "command.json"
     record = json.loads(done.read_text()) if done.exists() else {}
     if _solved(record.get("argv", [])) != RUNS[d] or "title" not in record:
@@ -47,9 +47,9 @@ def _trajectory(d: int, folder: Path):
         if code != 0:
             raise SystemExit(f"gradflow {' '.join(argv)} failed")
         line = next(
-            x for x in printed.getvalue().splitlines() if x.startswith("chain: ")
+            x for x in printed.getvalue().splitlines() if x.startswith("problem: ")
         )
-        title = line.removeprefix("chain: ").rsplit("; model: ", 1)[0]
+        title = line.removeprefix("problem: ").rsplit("; model: ", 1)[0]
         # the command as run (main() records sys.argv, not its argument)
         record = {"argv": argv, "title": title}
         done.write_text(json.dumps(record, indent=1))
@@ -58,14 +58,15 @@ def _trajectory(d: int, folder: Path):
 
 def _solved(argv: list[str]) -> list[str]:
     """A `gradflow run` command line without the flags that do not change
-    the trajectory (`--out DIR`, `--no-progress`, `--no-figures`)."""
+    the trajectory (`--out DIR`, `--no-progress`, `--no-figures`,
+    `--overwrite`)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
         elif a == "--out":
             skip = True
-        elif a not in ("--no-progress", "--no-figures"):
+        elif a not in ("--no-progress", "--no-figures", "--overwrite"):
             out.append(a)
     return out
 

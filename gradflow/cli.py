@@ -8,6 +8,7 @@ the parsed arguments returning an exit code). List it in `_COMMANDS`.
 import argparse
 import importlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,8 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="gradflow",
         description=(
-            "Population gradient flow of a one-layer Transformer on Markov-chain "
-            "data: integrate it, find its stages, compare with SGD."
+            "Population gradient flows: of the paper's one-layer Transformer on "
+            "Markov-chain data (the default), of a deep linear network, a soft "
+            "committee machine, in-context regression, or a problem of your own "
+            "(--problem): integrate one (run) or many (sweep), find their stages, "
+            "train them with SGD (sgd), and compare the theory with a run (theory)."
         ),
     )
     from . import __version__
@@ -80,15 +84,84 @@ def enable_compilation_cache() -> Path:
     return path
 
 
+# The arguments of the command this process runs (for the Ctrl-C handler of
+# `run_process`).
+_RUNNING = argparse.Namespace(command=None)
+
+
+def _interrupted(args) -> str:
+    """What a Ctrl-C outside the solve's loop interrupted, in one line."""
+    out = getattr(args, "output", None)
+    if out is not None and out.written:
+        return f"while writing the results (wrote {out.names()} to {out.folder}/)"
+    return "before the solve started; nothing was written"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
-    enable_compilation_cache()
-    return int(args.func(args) or 0)
+    """Runs the command line `argv` (default: `sys.argv[1:]`) and returns its
+    exit status: 0 done, 1 a failed run (its partial results written), 2 bad
+    input (one line naming the flag), 130 interrupted by Ctrl-C (one line;
+    during a solve, what was computed is written and a checkpoint resumes it).
+    No traceback: an unexpected error is one line too, unless
+    `GRADFLOW_TRACEBACK=1` asks for the traceback."""
+    args = argparse.Namespace(command=None)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        global _RUNNING
+        _RUNNING = args
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return 2
+        enable_compilation_cache()
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C outside a solve's loop of chunks (a solve reports its own):
+        # while importing, tracing, compiling or writing files
+        command = f"gradflow {args.command}" if args.command else "gradflow"
+        print(f"{command}: interrupted (Ctrl-C) {_interrupted(args)}", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if os.environ.get("GRADFLOW_TRACEBACK"):
+            raise
+        command = f"gradflow {args.command}" if args.command else "gradflow"
+        message = " ".join(str(e).split())
+        code = 2 if isinstance(e, (ValueError, TypeError)) else 1
+        print(
+            f"{command}: error: {type(e).__name__}: {message} (GRADFLOW_TRACEBACK=1 "
+            "shows where)",
+            file=sys.stderr,
+        )
+        return code
+
+
+def _exit_now(signum, frame) -> None:
+    """Ctrl-C outside a solve's loop of chunks: one line, exit status 130,
+    at once (a `KeyboardInterrupt` raised inside JAX's tracing or a
+    collector callback could be swallowed, or turned into another error)."""
+    del signum, frame
+    args = _RUNNING
+    command = f"gradflow {args.command}" if args.command else "gradflow"
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    line = f"{command}: interrupted (Ctrl-C) {_interrupted(args)}\n"
+    os.write(sys.stderr.fileno(), line.encode())
+    os._exit(130)
+
+
+def run_process(argv: list[str] | None = None) -> int:
+    """[`main`][] as a process runs it (the `gradflow` command, `python -m
+    gradflow.cli`): a Ctrl-C outside a solve's loop ends the process at once
+    with one line and status 130; inside the loop the solve stops after its
+    chunk and writes what it computed (its own handler, `gradflow/_loop/driver.py`,
+    which puts this one back when the loop ends). A process that ignores
+    Ctrl-C (started with `nohup`) keeps ignoring it."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _exit_now)
+    return main(argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_process())

@@ -85,8 +85,44 @@ def test_stated_defaults_are_the_library_s():
 def test_negative_numbers_are_values_and_flags_are_not_guessed():
     parser = build_parser()
     args = parser.parse_args(["run", "--init-scale", "-1e-3", "--delta", "-.5"])
-    assert args.init_scale == -1e-3 and args.delta == -0.5
+    # (a problem's option stays text until its problem converts it)
+    assert args.init_scale == -1e-3 and float(args.delta) == -0.5
     args = parser.parse_args(["sgd", "--lr", "-2E+1"])
     assert args.lr == -20.0
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--vocab", "3"])  # not --vocab-size
+
+
+def test_every_problem_in_every_subcommand():
+    """`run`, `sweep` and `sgd` take `--problem` and every built-in problem's
+    options (a text's chain in run and sgd, not swept; the context length of
+    the paper's model in sgd, of in-context regression everywhere), and the
+    options they share are defined once: the same flags, forms and help."""
+    parsers = _subparsers()
+    own = {
+        "markov": ["--chain", "--delta", "--width", "--heads", "--norm"],
+        "deep-linear": ["--singular-values", "--hidden", "--sigma-yx"],
+        "committee": ["--students", "--teacher-norm", "--teacher"],
+        "in-context": ["--eigenvalues", "--key-dim", "--noise", "--context"],
+        "factory": ["--problem-arg"],
+    }
+    shared = ["--problem", "--init-scale", "--t1", "--num-saves", "--no-stages",
+              "--solver", "--rtol", "--atol", "--max-steps", "--dtype",
+              "--checkpoint", "--checkpoint-every", "--chunk-steps", "--out",
+              "--overwrite", "--no-figures", "--pdf", "--no-progress"]  # fmt: skip
+    for command in ("run", "sweep", "sgd"):
+        options = _options(parsers[command])
+        for flags in (*own.values(), shared):
+            missing = [f for f in flags if f not in options]
+            assert not missing, (command, missing)
+        assert ("--text" in options) == (command != "sweep")
+    helps = {c: _options(parsers[c]) for c in ("run", "sweep", "sgd")}
+    for flag in ("--overwrite", "--pdf", "--no-figures", "--solver", "--rtol"):
+        assert helps["run"][flag].help == helps["sweep"][flag].help, flag
+        assert helps["run"][flag].help == helps["sgd"][flag].help, flag
+    # a flag two problems share is one option whose help names both
+    assert "deep-linear: n_in; committee: N" in helps["run"]["--inputs"].help
+    problem = helps["run"]["--problem"]
+    assert problem.default == "markov"
+    for name in ("deep-linear", "committee", "in-context", "package.module:factory"):
+        assert name in problem.help

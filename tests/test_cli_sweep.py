@@ -49,11 +49,12 @@ def test_sweep_command_writes_sweep_table_figures(tmp_path, capsys):
     out, ckpt = tmp_path / "out", tmp_path / "sw.ckpt.npz"
     argv = ["sweep", "--chain", "sticky", "--d", "4", "--width", "4"]
     argv += ["--delta", "0:0.1:2", "--seeds", "0,1,2,3", "--t1", "400"]
-    argv += ["--chunk-steps", str(CHUNK_STEPS), "--no-progress"]
+    argv += ["--chunk-steps", str(CHUNK_STEPS), "--no-progress", "--pdf"]
     assert main([*argv, "--out", str(out), "--checkpoint", str(ckpt)]) == 0
     assert [p.name for p in tmp_path.glob("*.npz")] == [ckpt.name]
     printed = capsys.readouterr().out
-    assert "8 members (2 chains x 1 init scales x 4 seeds)" in printed
+    assert "  swept: delta = 0, 0.1\n" in printed
+    assert "8 members (2 problems x 1 init scale x 4 seeds)" in printed
     sw = gf.load_sweep(out / "sweep.npz")
     ref = small_sweep(gf)
     np.testing.assert_allclose(sw.loss, ref.loss, rtol=1e-12, atol=0)
@@ -68,10 +69,11 @@ def test_sweep_command_writes_sweep_table_figures(tmp_path, capsys):
 
 @pytest.mark.slow  # two compilations (about 20 s on a busy machine)
 def test_checkpoint_and_output_per_group(tmp_path, capsys):
-    """Several (d, width) groups (here `--d 2:3:2`, d = 2 and 3) each write
-    into their own subfolder and their own checkpoint, `_d<d>_w<width>`
-    before the suffix; one group uses the paths as given. (Tiny bare solves
-    with Tsit5: two small compilations.)"""
+    """Several groups of equal shapes (here `--d 2:3:2`, d = 2 and 3) each
+    write into their own subfolder and their own checkpoint, named by the
+    swept options that set the group (`_d<d>` before the suffix); one group
+    uses the paths as given. (Tiny bare solves with Tsit5: two small
+    compilations.)"""
     common = ["sweep", "--chain", "zipf", "--width", "2", "--seeds", "2"]
     common += ["--t1", "10", "--num-saves", "3", "--solver", "tsit5"]
     common += ["--no-stages", "--no-figures", "--no-progress"]
@@ -79,27 +81,27 @@ def test_checkpoint_and_output_per_group(tmp_path, capsys):
     argv = [*common, "--d", "2:3:2", "--out", str(out), "--checkpoint", str(ckpt)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "zipf d=2 width=2: 2 members" in printed
-    assert "zipf d=3 width=2: 2 members" in printed
+    assert "group d2: 2 members" in printed
+    assert "group d3: 2 members" in printed
     assert not ckpt.exists()
     for d in (2, 3):
-        assert (tmp_path / f"sw.ckpt_d{d}_w2.npz").exists()
-        sw = gf.load_sweep(out / f"d{d}_w2" / "sweep.npz")
+        assert (tmp_path / f"sw.ckpt_d{d}.npz").exists()
+        sw = gf.load_sweep(out / f"d{d}" / "sweep.npz")
         assert sw.ok.all() and sw.problems[0].chain.d == d
         # run again: each group resumes from its own (finished) checkpoint
         assert sw.stats.resumed is False
     assert main(argv) == 0
     capsys.readouterr()
     for d in (2, 3):
-        assert gf.load_sweep(out / f"d{d}_w2" / "sweep.npz").stats.resumed
+        assert gf.load_sweep(out / f"d{d}" / "sweep.npz").stats.resumed
 
     one = tmp_path / "one"
     argv = [*common, "--d", "2", "--out", str(one)]
     assert main([*argv, "--checkpoint", str(tmp_path / "one.ckpt.npz")]) == 0
     assert (tmp_path / "one.ckpt.npz").exists()
-    assert (one / "sweep.npz").exists() and not (one / "d2_w2").exists()
+    assert (one / "sweep.npz").exists() and not (one / "d2").exists()
     assert sorted(p.name for p in tmp_path.glob("*.ckpt*.npz")) == [
         "one.ckpt.npz",
-        "sw.ckpt_d2_w2.npz",
-        "sw.ckpt_d3_w2.npz",
+        "sw.ckpt_d2.npz",
+        "sw.ckpt_d3.npz",
     ]

@@ -299,5 +299,7 @@ def test_cli_run_refuses_an_unknown_problem(tmp_path, capsys):
     code = main(["run", "--problem", "nonsense", "--out", str(tmp_path)])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--problem must be one of deep-linear, committee or" in err
+    assert (
+        "--problem must be one of markov, deep-linear, committee, in-context or" in err
+    )
     assert "'package.module:factory', got 'nonsense'" in err

@@ -1273,6 +1273,177 @@ CLI_CASES = [
         lambda f: ["sweep", "--chain", "zipf", "--delta", "0.1"],
         r"--delta is not a parameter of zipf",
     ),
+    # --- the problem of every subcommand: its options, their values, a factory
+    CliCase(
+        "run-problem-unknown",
+        lambda f: ["run", "--problem", "nonsense"],
+        r"--problem must be one of markov, deep-linear, committee, in-context or "
+        r"'package\.module:factory', got 'nonsense'",
+    ),
+    CliCase(
+        "run-option-of-deep-linear",
+        lambda f: ["run", "--problem", "committee", "--singular-values", "1", "2"],
+        r"--singular-values does not apply to --problem committee \(it is an option "
+        r"of deep-linear\)",
+    ),
+    CliCase(
+        "run-option-of-markov",
+        lambda f: ["run", "--problem", "deep-linear", "--delta", "0.1"],
+        r"--delta does not apply to --problem deep-linear \(it is an option of "
+        r"markov\)",
+    ),
+    CliCase(
+        "run-context-is-sgd-only",
+        lambda f: ["run", "--context", "8"],
+        r"--context does not apply to --problem markov in gradflow run \(it is an "
+        r"option of in-context\)",
+    ),
+    CliCase(
+        "run-negative-singular-value",
+        lambda f: ["run", "--problem", "deep-linear", "--singular-values", "3", "-1"],
+        r"--singular-values must be finite and > 0, got '-1'",
+    ),
+    CliCase(
+        "run-teacher-norm",
+        lambda f: ["run", "--problem", "committee", "--teacher-norm", "0"],
+        r"--teacher-norm must be finite and > 0, got '0'",
+    ),
+    CliCase(
+        "run-students",
+        lambda f: ["run", "--problem", "committee", "--students", "two"],
+        r"--students must be an integer >= 1, got 'two'",
+    ),
+    CliCase(
+        "run-teacher-and-teachers",
+        lambda f: [
+            "run",
+            "--problem",
+            "committee",
+            "--teacher",
+            str(f.good),
+            "--teachers",
+            "2",
+        ],  # fmt: skip
+        r"--teachers does not apply with --teacher",
+    ),
+    CliCase(
+        "run-key-dim",
+        lambda f: ["run", "--problem", "in-context", "--key-dim", "0"],
+        r"--key-dim must be an integer >= 1 or 'merged', got '0'",
+    ),
+    CliCase(
+        "run-eigenvalues-and-d",
+        lambda f: [
+            "run",
+            "--problem",
+            "in-context",
+            "--d",
+            "2",
+            "--eigenvalues",
+            "1",
+            "0.5",
+            "0.25",
+        ],  # fmt: skip
+        r"--d must be the number of --eigenvalues \(3\), got 2",
+    ),
+    CliCase(
+        "run-zipf-delta",
+        lambda f: ["run", "--chain", "zipf", "--delta", "0.1"],
+        r"--delta is not a parameter of zipf",
+    ),
+    CliCase(
+        "run-text-and-chain",
+        lambda f: ["run", "--text", "builtin", "--delta", "0.1"],
+        r"--delta does not apply with --text",
+    ),
+    CliCase(
+        "run-problem-arg-type",
+        lambda f: [
+            "run",
+            "--problem",
+            "gradflow.problems:InContextRegression",
+            "--problem-arg",
+            "noise=abc",
+        ],  # fmt: skip
+        r"--problem-arg noise=abc: noise must be a number, got 'abc'",
+    ),
+    CliCase(
+        "run-problem-arg-unknown",
+        lambda f: [
+            "run",
+            "--problem",
+            "gradflow.problems:InContextRegression",
+            "--problem-arg",
+            "nosie=0.1",
+        ],  # fmt: skip
+        r"--problem-arg nosie: gradflow\.problems:InContextRegression has no "
+        r"parameter 'nosie' \(it takes covariance, context, heads, key_dim, noise\)",
+    ),
+    CliCase(
+        "run-problem-arg-missing",
+        lambda f: [
+            "run",
+            "--problem",
+            "gradflow.problems:InContextRegression",
+            "--problem-arg",
+            "context=4",
+        ],  # fmt: skip
+        r"--problem-arg: gradflow\.problems:InContextRegression needs "
+        r"covariance=VALUE, heads=VALUE \(no default\)",
+    ),
+    CliCase(
+        "run-factory-raises",
+        lambda f: [
+            "run",
+            "--problem",
+            "gradflow.problems:InContextRegression",
+            "--problem-arg",
+            "covariance=[1, -1]",
+            "--problem-arg",
+            "context=4",
+            "--problem-arg",
+            "heads=1",
+        ],  # fmt: skip
+        r"--problem: gradflow\.problems:InContextRegression\(\.\.\.\) raised "
+        r"ValueError: covariance must have positive eigenvalues",
+    ),
+    CliCase(
+        "run-problem-arg-not-a-factory",
+        lambda f: ["run", "--problem", "committee", "--problem-arg", "norm=2"],
+        r"--problem-arg does not apply to --problem committee",
+    ),
+    CliCase(
+        "run-out-is-a-file",
+        lambda f: ["run", "--out", str(f.good)],
+        r"--out: '.*trajectory\.npz' is a file, not a folder",
+    ),
+    CliCase(
+        "run-out-not-empty",
+        lambda f: ["run", "--out", str(f.folder)],
+        r"--out: '.*' is not empty \(it holds .*\); give --overwrite to replace "
+        r"what gradflow wrote there, or another --out",
+    ),
+    CliCase(
+        "sweep-students-range",
+        lambda f: ["sweep", "--problem", "committee", "--students", "2:x:3"],
+        r"--students must be start:stop:num, a comma list or a number, got '2:x:3'",
+    ),
+    CliCase(
+        "sgd-solver-without-flow",
+        lambda f: ["sgd", "--solver", "tsit5"],
+        r"--solver applies to the flow of --flow \(SGD has no solver\); add --flow",
+    ),
+    CliCase(
+        "sgd-option-of-committee",
+        lambda f: ["sgd", "--problem", "in-context", "--students", "2"],
+        r"--students does not apply to --problem in-context \(it is an option of "
+        r"committee\)",
+    ),
+    CliCase(
+        "theory-out-is-a-file",
+        lambda f: ["theory", str(f.good), "--out", str(f.good)],
+        r"--out: '.*trajectory\.npz' is a file, not a folder",
+    ),
     CliCase(
         "theory-missing",
         lambda f: ["theory", str(f.missing)],

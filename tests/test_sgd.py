@@ -670,6 +670,52 @@ def test_compare_flow_with_itself_and_shifted():
     assert 0 < cmp.param_distance[-1] < 1
 
 
+def test_compare_reports_every_drop():
+    """`gf.compare` measures the crossing-time error of every drop of the
+    flow (half way between the plateaus it found), not only the first: here
+    a second curve whose first drop is 5 % late and whose second is 20 %
+    late."""
+    chain = gf.chains.sticky(6, 0.5, 0.5, 0.05)
+    ts = gf.default_save_times(2000.0)
+    base = random_params(chain.d, 3, 1.0, seed=0)
+    params = jax.tree.map(lambda a: np.asarray(a)[None] * (1 + ts[:, None, None]), base)
+
+    def curve(t1, t2):
+        x = np.log(np.maximum(ts, 1e-12))
+        return (
+            1.0
+            + 1.0 / (1 + np.exp(8 * (x - np.log(t1))))
+            + 0.5 / (1 + np.exp(8 * (x - np.log(t2))))
+        )
+
+    def level(t):
+        return float(np.interp(t, ts, curve(20.0, 200.0)))
+
+    stages = (
+        gf.Stage("plateau", 1, 50.0, 90.0, level(50.0), level(90.0)),
+        gf.Stage("plateau", 2, 500.0, 2000.0, level(500.0), level(2000.0),
+                 complete=False),
+    )  # fmt: skip
+
+    def record(loss, stages=()):
+        return gf.Trajectory(
+            ts=ts, loss=loss, grad_norm=np.zeros_like(ts), params=params,
+            problem=gf.problems.MarkovAttention(chain), stages=stages,
+            settings=gf.FlowSettings(), stats=gf.FlowStats(),
+        )  # fmt: skip
+
+    flow = record(curve(20.0, 200.0), stages)
+    run = record(curve(21.0, 240.0))
+    cmp = gf.compare(flow, run)
+    np.testing.assert_allclose(cmp.drop_rel_error, [0.05, 0.2], rtol=0.02)
+    np.testing.assert_allclose(cmp.drop_flow_crossings, [20.0, 200.0], rtol=0.02)
+    drops = cmp.summary()["drops"]
+    assert [round(d["rel_error"], 2) for d in drops] == [0.05, 0.2]
+    assert cmp.summary()["max_drop_rel_error"] == pytest.approx(0.2, rel=0.02)
+    # the first drop's levels alone miss the second drop's error
+    assert np.nanmax(cmp.crossing_rel_error) < 0.1
+
+
 def test_compare_bad_input():
     def fake(d):
         p = random_params(d, 3, 0.1, seed=0)

@@ -28,6 +28,7 @@ PROBLEM_PACKAGES = (
     "gradflow.markov",
     "gradflow.problems._deep_linear",
     "gradflow.problems._committee",
+    "gradflow.problems._in_context",
 )
 # The modules that put a problem's public names where users find them: they
 # re-export and do nothing else.
@@ -38,6 +39,9 @@ REEXPORTS = (
     "gradflow.problems",
     "gradflow.theory",
     "gradflow.plot",
+    # the command line's registry of problems: each built-in problem's plugin
+    # (its options and how to build it) lives beside the problem
+    "gradflow._cli.registry",
 )
 # The public namespaces: what a problem's package may import from the core.
 PUBLIC_NAMESPACES = (gf, gf.theory, gf.plot, gf.problems, gf.solvers, gf.text)

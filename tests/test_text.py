@@ -165,8 +165,8 @@ _ONE_STEP = "sgd --width 1 --context 1 --batch-size 1 --t1 0.2 --no-progress".sp
 def _cli_chain(tmp_path, *flags):
     from gradflow.cli import main
 
-    out = tmp_path / "out"
-    assert main([*_ONE_STEP, *flags, "--out", str(out)]) == 0
+    out = tmp_path / "out"  # (each call replaces the last: --overwrite)
+    assert main([*_ONE_STEP, *flags, "--out", str(out), "--overwrite"]) == 0
     return gf.load_sgd(out / "sgd_run.npz").problem
 
 

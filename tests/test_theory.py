@@ -154,7 +154,8 @@ def test_cli(short_traj, tmp_path, capsys):
     from gradflow.cli import main
 
     path = short_traj.save(tmp_path / "t.npz")
-    assert main(["theory", str(path), "--out", str(tmp_path / "o")]) == 0
+    # (PNG, and PDF on request as in every subcommand)
+    assert main(["theory", str(path), "--out", str(tmp_path / "o"), "--pdf"]) == 0
     out = capsys.readouterr().out
     assert "origin escape rate" in out
     assert (tmp_path / "o" / "theory.png").stat().st_size > 1000

@@ -1,13 +1,18 @@
 """What every `gradflow` subcommand shares: the parser class (negative numbers
 such as `-1e-3` are values, not flags), the help formatter (every default
-shown once), input paths that must exist, and errors that name the flag the
-user typed instead of the Python argument behind it."""
+shown once), errors that name the flag the user typed instead of the Python
+argument behind it, and the options that run, sweep and sgd share, each
+defined once here: the flow (`--init-scale`, `--seed`, `--t1`, the saves
+and the solver), checkpoints and output (`--out`, `--overwrite`, figures,
+progress), with the output folder they write into."""
 
 import argparse
-import os
+import json
 import re
 import sys
 from pathlib import Path
+
+from .._core.files import existing_path as existing_path
 
 
 # argparse reads "-1e-3" as an unknown flag (its pattern for negative numbers
@@ -48,26 +53,16 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def add_subcommand(subparsers, name: str, **kwargs) -> Parser:
+def add_subcommand(subparsers, name: str, texts: tuple[str, str], func) -> Parser:
     """`subparsers.add_parser(name, ...)` with gradflow's parser class and
-    help formatter."""
-    kwargs.setdefault("formatter_class", HelpFormatter)
-    return subparsers.add_parser(name, **kwargs)
-
-
-def existing_path(flag: str, value, *, allow: tuple[str, ...] = ()) -> Path:
-    """`value` as a `Path` that exists (a file or a folder), or a one-line
-    `FileNotFoundError` naming `flag`. A value in `allow` (e.g. `builtin`) is
-    a keyword, not a path, and is refused here: test for it first."""
-    path = Path(os.fspath(value)).expanduser()
-    if str(value) in allow:
-        raise ValueError(f"{flag}: {value!r} is a keyword, not a path")
-    if not str(value).strip() or not path.exists():
-        also = f" (or {', '.join(repr(a) for a in allow)})" if allow else ""
-        raise FileNotFoundError(
-            f"{flag}: no such file or folder: '{path}'; give an existing path{also}"
-        )
-    return path
+    help formatter; `texts` is its line in `gradflow --help` and its
+    description, `func(args) -> exit status` runs it."""
+    summary, description = texts
+    parser = subparsers.add_parser(
+        name, help=summary, description=description, formatter_class=HelpFormatter
+    )
+    parser.set_defaults(func=func, parser=parser)
+    return parser
 
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -98,11 +93,21 @@ def speak_flags(message: str, names: dict[str, str]) -> str:
     return message
 
 
-def fail(command: str, error: BaseException | str, names: dict[str, str]) -> int:
-    """Prints `gradflow COMMAND: error: MESSAGE` (one line, flags named as
-    typed) on stderr and returns 2, the exit status for bad input."""
-    message = speak_flags(str(error), names)
-    print(f"gradflow {command}: error: {message}", file=sys.stderr)
+class UserCodeError(ValueError):
+    """An error of the user's own code (a factory of `--problem`): its message
+    is reported as it is, its argument names not taken for flags."""
+
+
+def fail(args: argparse.Namespace, error: BaseException | str) -> int:
+    """Prints `gradflow COMMAND: error: MESSAGE` (one line, the Python
+    argument names in it spoken as the flags of the command's parser) on
+    stderr and returns 2, the exit status for bad input."""
+    message = str(error)
+    if not isinstance(error, UserCodeError):
+        names = {**flag_names(args.parser), **LIBRARY_NAMES}
+        message = speak_flags(message, names)
+    message = " ".join(message.split())
+    print(f"gradflow {args.command}: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -110,164 +115,343 @@ def fail(command: str, error: BaseException | str, names: dict[str, str]) -> int
 # spells: the text to read is `path_or_text` in `gradflow.text`.
 LIBRARY_NAMES = {"path_or_text": "--text"}
 
-
-# -- the synthetic chain (run and sgd) ------------------------------------------
-
-CHAIN_DEFAULTS = {
-    "chain": "sticky",
-    "d": 6,
-    "top_mass": 0.5,
-    "rho": 0.5,
-    "delta": 0.05,
-    "exponent": 1.0,
-    "concentration": 1.0,
-    "chain_seed": 0,
-}
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError)
+"""What bad input raises (a one-line message naming the argument): exit 2."""
 
 
-def add_chain_arguments(parser: argparse.ArgumentParser) -> None:
-    """The chain: a family and its parameters, or a transition matrix (the
-    same flags in `run` and `sgd`)."""
-    g = parser.add_argument_group("chain (when --text is not given)")
-    g.add_argument(
-        "--chain",
-        choices=("sticky", "random", "zipf"),
-        default=CHAIN_DEFAULTS["chain"],
-        help="chain family (ignored with --transition-matrix)",
+# -- the options run, sweep and sgd share ----------------------------------------
+
+
+def add_flow_arguments(parser, command: str, defaults: dict[str, str]) -> None:
+    """The start, the final time, the saves and the solver: `--init-scale`,
+    `--seed` (`--seeds` in a sweep), `--t1`, `--num-saves`, `--no-stages`,
+    `--solver`, `--rtol`, `--atol`, `--max-steps`, `--dtype`. `defaults`
+    says the problem-dependent defaults (`init_scale`, `t1`) as help shows
+    them. In `gradflow sgd` the solver options apply to `--flow`."""
+    sweep = command == "sweep"
+    g = parser.add_argument_group(
+        "flow" if command != "sgd" else "start, time and saves (SGD and --flow)"
     )
     g.add_argument(
-        "--transition-matrix",
-        metavar="FILE.npy",
+        "--init-scale",
+        type=str if sweep else float,
         default=None,
-        help="a (d, d) row-stochastic matrix saved with numpy.save, instead of "
-        "--chain (default: none, the --chain family)",
+        help="standard deviation of the i.i.d. normal initialisation"
+        + ("; start:stop:num or a comma list" if sweep else "")
+        + f" (default: {defaults['init_scale']})",
     )
-    g.add_argument("--d", type=int, default=CHAIN_DEFAULTS["d"], help="vocabulary size")
+    if sweep:
+        g.add_argument("--seeds", default="1", help="N (seeds 0..N-1) or a comma list")
+    else:
+        g.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="seed of the initialisation"
+            + (" and the data" if command == "sgd" else ""),
+        )
     g.add_argument(
-        "--top-mass",
+        "--t1",
         type=float,
-        default=CHAIN_DEFAULTS["top_mass"],
-        help="sticky: stationary probability of token 0",
+        default=None,
+        help=("final time lr x steps" if command == "sgd" else "final time")
+        + f" (default: {defaults['t1']})",
     )
     g.add_argument(
-        "--rho",
-        type=float,
-        default=CHAIN_DEFAULTS["rho"],
-        help="sticky, zipf: extra probability of repeating the current token",
-    )
-    g.add_argument(
-        "--delta",
-        type=float,
-        default=CHAIN_DEFAULTS["delta"],
-        help="sticky: asymmetry among the rare tokens (0: exactly symmetric)",
-    )
-    g.add_argument(
-        "--exponent",
-        type=float,
-        default=CHAIN_DEFAULTS["exponent"],
-        help="zipf, random: Zipf exponent",
-    )
-    g.add_argument(
-        "--concentration",
-        type=float,
-        default=CHAIN_DEFAULTS["concentration"],
-        help="random: Dirichlet concentration of each row",
-    )
-    g.add_argument(
-        "--chain-seed",
+        "--num-saves",
         type=int,
-        default=CHAIN_DEFAULTS["chain_seed"],
-        help="random: seed of the chain",
+        default=798,
+        help="number of save times (0, then log-spaced)",
+    )
+    g.add_argument(
+        "--no-stages", action="store_true", help="skip the stages and their events"
+    )
+    g.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="floating-point type"
+        + (" of SGD (the flow stays in float64)" if command == "sgd" else ""),
+    )
+    s = parser.add_argument_group(
+        "solver" + (" (of --flow)" if command == "sgd" else "")
+    )
+    s.add_argument(
+        "--solver",
+        default=None,
+        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
+    )
+    s.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance (default: the solver's, 1e-05 for ros34pw2)",
+    )
+    s.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance (default: tied to the initial scale)",
+    )
+    s.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="the most solver steps; the partial trajectory is saved if they run "
+        "out (default: gradflow's, 4000000)",
     )
 
 
-def chain_from_args(args: argparse.Namespace):
-    """`(chain, description)` of [`add_chain_arguments`][]'s flags."""
-    import numpy as np
+SOLVER_FLAGS = ("solver", "rtol", "atol", "max_steps")
 
-    import gradflow as gf
 
-    if args.transition_matrix is not None:
-        path = existing_path("--transition-matrix", args.transition_matrix)
-        if path.is_dir():
-            raise ValueError(
-                f"--transition-matrix: '{path}' is a folder, not a .npy file"
-            )
-        try:
-            P = np.load(path, allow_pickle=False)
-        except Exception as e:
-            raise ValueError(
-                f"--transition-matrix: could not read '{path}' as a .npy array: {e}"
-            ) from None
-        return gf.MarkovChain(P), f"transition matrix from {path}"
-    if args.chain == "sticky":
-        chain = gf.chains.sticky(args.d, args.top_mass, args.rho, args.delta)
-        return (
-            chain,
-            f"sticky(d={args.d}, top_mass={args.top_mass:g}, rho={args.rho:g}, "
-            f"delta={args.delta:g})",
-        )
-    if args.chain == "zipf":
-        return (
-            gf.chains.zipf(args.d, args.exponent, args.rho),
-            f"zipf(d={args.d}, exponent={args.exponent:g}, rho={args.rho:g})",
-        )
-    return (
-        gf.chains.random(
-            args.d,
-            seed=args.chain_seed,
-            concentration=args.concentration,
-            exponent=args.exponent,
-        ),
-        f"random(d={args.d}, seed={args.chain_seed}, "
-        f"concentration={args.concentration:g}, exponent={args.exponent:g})",
+def add_checkpoint_arguments(parser, command: str) -> None:
+    """`--checkpoint PATH`, `--checkpoint-every SECONDS` and `--chunk-steps
+    N` ([`gradflow.Run`][]'s `checkpoint`, `checkpoint_every` and
+    `chunk_steps`)."""
+    g = parser.add_argument_group("checkpoints")
+    what = {
+        "run": "the solver state",
+        "sweep": "the state of the sweep (with several groups, one file each: "
+        "PATH with _<group> before the suffix)",
+        "sgd": "the state of the SGD run (not of --flow)",
+    }[command]
+    g.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help=f"write {what} to PATH as it runs (every --checkpoint-every seconds, "
+        "at the end and on Ctrl-C); if PATH exists, resume from it, to the same "
+        "result (docs/reliability.md) (default: none, not resumable)",
     )
-
-
-def add_chunk_steps_argument(parser, default: str) -> None:
-    """`--chunk-steps N`, [`gradflow.Run`][]'s `chunk_steps`: the same flag in
-    every subcommand that runs a loop of compiled chunks; `default` says its
-    default there."""
-    parser.add_argument(
+    g.add_argument(
+        "--checkpoint-every",
+        metavar="SECONDS",
+        type=float,
+        default=120.0,
+        help="seconds of wall time between checkpoint writes",
+    )
+    g.add_argument(
         "--chunk-steps",
         metavar="N",
         type=int,
         default=None,
         help="steps per compiled chunk: how often the host looks in (progress, "
-        "Ctrl-C, checkpoints); the results do not depend on it "
-        f"(default: {default})",
+        "Ctrl-C, checkpoints); the results do not depend on it (default: "
+        + ("2000" if command == "sgd" else "1000, fewer for large models")
+        + ")",
     )
 
 
-def flow_options(args: argparse.Namespace):
-    """`(saveat, solver, run)` of the flow options every subcommand that
-    solves a flow shares (`--t1`, `--num-saves`, `--solver`, `--rtol`,
-    `--atol`, `--max-steps`, `--no-stages`, `--no-progress`, `--checkpoint`,
-    `--checkpoint-every`, `--chunk-steps`): the library's [`gradflow.SaveAt`][],
-    [`gradflow.Solver`][] and [`gradflow.Run`][]."""
+def add_output_arguments(parser, command: str, out: str | None, files: str):
+    """`--out DIR` (default `out`, or none: nothing written), `--overwrite`,
+    `--no-figures`, `--pdf` and `--no-progress`; `files` says what is
+    written into `--out`. Returns the group (a command adds its own output
+    options to it)."""
+    g = parser.add_argument_group("output")
+    g.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=None if out is None else Path(out),
+        help=f"output folder for {files}"
+        + (" (default: none, nothing written)" if out is None else ""),
+    )
+    g.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a --out that is not empty: the files gradflow wrote "
+        "there before (listed in its command.json) are replaced, others kept",
+    )
+    g.add_argument("--no-figures", action="store_true", help="skip the figures")
+    g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return g
+
+
+def check_start_and_time(args: argparse.Namespace) -> None:
+    """`--init-scale` (each, in a sweep) and `--t1`, checked as the library
+    checks them (the same messages), before the output folder is looked at."""
+    from .._core.validate import check_init_scale, check_positive_finite
+
+    scales = args.init_scale if isinstance(args.init_scale, list) else [args.init_scale]
+    for scale in scales:
+        check_init_scale(scale)
+    check_positive_finite("t1", args.t1)
+
+
+def flow_options(args: argparse.Namespace, *, batch_size: int | None = None):
+    """`(saveat, solver, run)` of the shared options: the library's
+    [`gradflow.SaveAt`][], [`gradflow.Solver`][] and [`gradflow.Run`][];
+    `--init-scale` and `--t1` checked as the library checks them, so that
+    bad values are refused before the output folder is looked at."""
     import gradflow as gf
 
-    num_saves = getattr(args, "num_saves", None)
-    ts = None
-    if num_saves is not None:
-        if num_saves < 2:
-            raise ValueError(f"--num-saves must be at least 2, got {num_saves}")
-        if args.t1 > 0:
-            ts = gf.default_save_times(args.t1, num_saves)
-    saveat = gf.SaveAt(ts, stages=not getattr(args, "no_stages", False))
-    extra = {}
-    if getattr(args, "max_steps", None) is not None:
-        extra["max_steps"] = args.max_steps
+    check_start_and_time(args)
+    if args.num_saves < 2:
+        raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
+    ts = gf.default_save_times(args.t1, args.num_saves) if args.t1 > 0 else None
+    saveat = gf.SaveAt(ts, stages=not args.no_stages)
+    extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
     solver = gf.Solver(
-        getattr(args, "solver", None),
-        rtol=getattr(args, "rtol", None),
-        atol=getattr(args, "atol", None),
-        **extra,
+        args.solver, rtol=args.rtol, atol=args.atol, dtype=args.dtype, **extra
     )
-    run = gf.Run(
-        progress=not getattr(args, "no_progress", False),
-        checkpoint=getattr(args, "checkpoint", None),
-        checkpoint_every=getattr(args, "checkpoint_every", 120.0),
-        chunk_steps=getattr(args, "chunk_steps", None),
+    return saveat, solver, run_options(args, batch_size=batch_size)
+
+
+def run_options(args: argparse.Namespace, checkpoint=None, batch_size=None):
+    """The [`gradflow.Run`][] of the shared options (`checkpoint`: another
+    path than `--checkpoint`, e.g. a sweep group's)."""
+    import gradflow as gf
+
+    return gf.Run(
+        progress=not args.no_progress,
+        checkpoint=args.checkpoint if checkpoint is None else checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        chunk_steps=args.chunk_steps,
+        **({} if batch_size is None else {"batch_size": batch_size}),
     )
-    return saveat, solver, run
+
+
+# -- the output folder -------------------------------------------------------------
+
+
+COMMAND_FILE = "command.json"
+
+
+def is_file(path) -> bool:
+    """Whether `path` (e.g. a `--checkpoint`, whose existence means resuming)
+    is given and exists."""
+    return path is not None and Path(path).exists()
+
+
+class Output:
+    """The folder a command writes into (`--out`), checked before anything
+    runs: a file is refused, and so is a folder that is not empty unless
+    `--overwrite` is given or the command resumes from its checkpoint (it
+    continues the run that wrote there). Records what it writes, in
+    `command.json` with the command line, so that `--overwrite` replaces
+    exactly what gradflow wrote there before."""
+
+    def __init__(self, folder: Path | None, *, overwrite: bool, resuming: bool):
+        self.folder = folder
+        self.written: list[Path] = []
+        if folder is None:
+            return
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--out: '{folder}' is a file, not a folder")
+        entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        if entries and not (overwrite or resuming):
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise ValueError(
+                f"--out: '{folder}' is not empty (it holds {shown}); give "
+                "--overwrite to replace what gradflow wrote there, or another --out"
+            )
+        if overwrite:
+            self._remove_previous()
+
+    def _remove_previous(self) -> None:
+        """Deletes the files a previous gradflow command listed in its
+        `command.json` (only files inside the folder), and the folders they
+        leave empty."""
+        assert self.folder is not None
+        try:
+            listed = json.loads((self.folder / COMMAND_FILE).read_text())["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        root = self.folder.resolve()
+        for name in listed if isinstance(listed, list) else []:
+            path = (self.folder / str(name)).resolve()
+            if root in path.parents and path.is_file():
+                path.unlink()
+                parent = path.parent
+                while parent != root and not any(parent.iterdir()):
+                    parent.rmdir()
+                    parent = parent.parent
+
+    @property
+    def root(self) -> Path:
+        """The folder (a command that always writes has one)."""
+        assert self.folder is not None
+        return self.folder
+
+    def path(self, name: str | Path) -> Path:
+        """`folder / name`, its folder made, recorded as written."""
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.record(path)
+        return path
+
+    def record(self, *paths: Path) -> None:
+        self.written += [Path(p) for p in paths]
+
+    def finish(self) -> None:
+        """Writes `command.json`: the command line and the files written
+        (none without a folder)."""
+        if self.folder is None:
+            return
+        from .._core.files import atomic_write
+
+        names = sorted(
+            {
+                str(p.relative_to(self.folder))
+                for p in self.written
+                if p.name != COMMAND_FILE
+            }
+        )
+        text = json.dumps({"argv": sys.argv[1:], "files": names}, indent=1)
+        path = self.folder / COMMAND_FILE
+        atomic_write(path, lambda f: f.write(text.encode()))
+        self.record(path)
+
+    def names(self) -> str:
+        return ", ".join(p.name for p in self.written)
+
+
+def write_csv(path: Path, rows, fields) -> None:
+    """Records (typed records with `to_dict`, or dicts) as CSV with the given
+    columns, written atomically."""
+    import csv
+    import io
+
+    from .._core.files import atomic_write
+
+    def cell(value):
+        if isinstance(value, (list, tuple)):
+            return " ".join(str(v) for v in value)
+        if isinstance(value, float):
+            return repr(value)
+        return "" if value is None else str(value)
+
+    text = io.StringIO()
+    w = csv.writer(text)
+    w.writerow(fields)
+    for r in rows:
+        r = r.to_dict() if hasattr(r, "to_dict") else r
+        w.writerow([cell(r.get(k)) for k in fields])
+    atomic_write(path, lambda f: f.write(text.getvalue().encode()))
+
+
+__all__ = [
+    "COMMAND_FILE",
+    "INPUT_ERRORS",
+    "LIBRARY_NAMES",
+    "Output",
+    "Parser",
+    "SOLVER_FLAGS",
+    "UserCodeError",
+    "add_checkpoint_arguments",
+    "add_flow_arguments",
+    "add_output_arguments",
+    "add_subcommand",
+    "check_start_and_time",
+    "existing_path",
+    "fail",
+    "is_file",
+    "flag_names",
+    "flow_options",
+    "run_options",
+    "speak_flags",
+    "write_csv",
+]

@@ -1,263 +1,115 @@
-"""`gradflow run`: integrate a scenario, locate its stages, write files and figures."""
+"""`gradflow run`: integrate one problem's flow, locate its stages, write files
+and figures."""
 
-import argparse
-import csv
-import json
 import sys
-from pathlib import Path
 
-from .common import (
-    LIBRARY_NAMES,
-    add_chain_arguments,
-    add_chunk_steps_argument,
-    add_subcommand,
-    chain_from_args,
-    fail,
-    flag_names,
-    flow_options,
-)
+from . import common
+from .common import INPUT_ERRORS, Output, fail, write_csv
 from .preload import preload_figures
-from .problems import add_problem_arguments, run_problem
-from .sgd import (
-    add_model_arguments,
-    add_text_arguments,
-    chain_from_text_args,
-    model_from_args,
-    text_description,
+from .problems import (
+    GENERIC_EVENT_FIELDS,
+    GENERIC_STAGE_FIELDS,
+    add_problem_arguments,
+    choose,
+    levels_text,
+    shown_flow_defaults,
 )
 
 
-DEFAULTS = {"width": 8, "init_scale": 1e-3, "t1": 5_000.0}
-
-STAGE_FIELDS = (
-    "name",
-    "cycle",
-    "t_start",
-    "t_end",
-    "loss_start",
-    "loss_end",
-    "tokens",
-    "token_labels",
-    "complete",
-    "mass_start",
-    "mass_end",
-    "sv_index",
-)
-EVENT_FIELDS = ("name", "t", "loss", "token", "located")
+FILES = "trajectory.npz, stages.csv, events.csv, command.json and the figures"
 
 
 def register(subparsers) -> None:
-    p = add_subcommand(
+    p = common.add_subcommand(
         subparsers,
         "run",
-        help="integrate a scenario, find its stages, write files and figures",
-        description=(
-            "Integrate the population gradient flow of one scenario, locate its "
-            "saddles while solving and its stages from the saved points "
-            "(condensation, focus, dilution, new_direction, and the plateaus "
-            "between the loss drops), print a stage table, and write into --out: "
-            "trajectory.npz, stages.csv, events.csv, command.json (the command "
-            "line that made them) and the figures (summary, embedding PCA, "
-            "attention at the stage boundaries; PNG, and PDF with --pdf). "
-            "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
-            "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
-            "--t1 20000 follows the loss down to the conditional entropy. "
-            "Compiled solves are kept in JAX's persistent compilation cache "
-            "(~/.cache/gradflow/jax, or $JAX_COMPILATION_CACHE_DIR), so a second "
-            "run of the same shapes starts without compiling."
+        (
+            "integrate a problem's flow, find its stages, write files and figures",
+            "Integrate the population gradient flow of one problem (by default the "
+            "paper's model on the chain sticky(6, 0.5, 0.5, 0.05), width 8, init "
+            "scale 1e-3, through two full cycles; --problem deep-linear, committee, "
+            "in-context or a factory of your own), locate its saddles while solving "
+            "and its stages from the saved points, print a stage table, and write "
+            f"into --out: {FILES} (PNG; PDF too with --pdf). Each problem's default "
+            "--t1 ends a little after its last drop. Compiled solves are kept in "
+            "JAX's persistent compilation cache (~/.cache/gradflow/jax, or "
+            "$JAX_COMPILATION_CACHE_DIR), so a second run of the same shapes starts "
+            "without compiling.",
         ),
+        run,
     )
-    add_chain_arguments(p)
-    add_text_arguments(p)
-    add_model_arguments(p)
-    _add_flow_arguments(p)
-    _add_checkpoint_arguments(p)
-    _add_output_arguments(p)
-    add_problem_arguments(p)
-    p.set_defaults(func=run, flags={**flag_names(p), **LIBRARY_NAMES})
-
-
-def _add_flow_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flow: initialisation, final time, solver, tolerances, saves."""
-    g = parser.add_argument_group("flow")
-    g.add_argument(
-        "--width", type=int, default=DEFAULTS["width"], help="embedding width m"
-    )
-    g.add_argument(
-        "--init-scale",
-        type=float,
-        default=DEFAULTS["init_scale"],
-        help="standard deviation of the i.i.d. normal initialisation",
-    )
-    g.add_argument("--t1", type=float, default=DEFAULTS["t1"], help="final time")
-    g.add_argument("--seed", type=int, default=0, help="seed of the initialisation")
-    g.add_argument(
-        "--solver",
-        default=None,
-        help="solver name (see gradflow.SOLVERS) (default: ros34pw2, gradflow's)",
-    )
-    g.add_argument(
-        "--rtol",
-        type=float,
-        default=None,
-        help="relative tolerance (default: the solver's, 1e-05 for ros34pw2)",
-    )
-    g.add_argument(
-        "--atol",
-        type=float,
-        default=None,
-        help="absolute tolerance (default: tied to the initial scale)",
-    )
-    g.add_argument(
-        "--num-saves",
-        type=int,
-        default=798,
-        help="number of save times (0, then log-spaced)",
-    )
-    g.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help="the most solver steps; the partial trajectory is saved if they run "
-        "out (default: gradflow's, 4000000)",
-    )
-
-
-def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint file and how often it is written."""
-    g = parser.add_argument_group("checkpoints")
-    g.add_argument(
-        "--checkpoint",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="write the solver state to PATH (every --checkpoint-every seconds, at "
-        "each event, at the end); if PATH exists, resume from it (see "
-        "docs/reliability.md) (default: none, not resumable)",
-    )
-    g.add_argument(
-        "--checkpoint-every",
-        metavar="SECONDS",
-        type=float,
-        default=120.0,
-        help="seconds of wall time between checkpoint writes",
-    )
-    add_chunk_steps_argument(g, "1000, fewer for large models")
-
-
-def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where the files go; figures and progress bar on or off."""
-    g = parser.add_argument_group("output")
-    g.add_argument(
-        "--out",
-        metavar="DIR",
-        type=Path,
-        default=Path("gradflow_run"),
-        help="output folder",
-    )
-    g.add_argument("--no-figures", action="store_true", help="skip the figures")
-    g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
-    g.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bars (reading a text, solving)",
-    )
-
-
-def _chain(args):
-    text_chain = chain_from_text_args(args)
-    if text_chain is not None:
-        return text_chain, text_description(args)
-    return chain_from_args(args)
-
-
-def _cell(value):
-    if isinstance(value, (list, tuple)):
-        return " ".join(str(v) for v in value)
-    if isinstance(value, float):
-        return repr(value)
-    return "" if value is None else str(value)
-
-
-def write_csv(path: Path, rows, fields) -> None:
-    """Writes records (typed records with `to_dict`, or dicts) to `path` as CSV
-    with the given columns."""
-    from .._core.files import atomic_write
-
-    def write(f):
-        import io
-
-        text = io.StringIO()
-        w = csv.writer(text)
-        w.writerow(fields)
-        for r in rows:
-            r = r.to_dict() if hasattr(r, "to_dict") else r
-            w.writerow([_cell(r.get(k)) for k in fields])
-        f.write(text.getvalue().encode())
-
-    atomic_write(path, write)
+    add_problem_arguments(p, "run")
+    common.add_flow_arguments(p, "run", shown_flow_defaults("run"))
+    common.add_checkpoint_arguments(p, "run")
+    common.add_output_arguments(p, "run", "gradflow_run", FILES)
 
 
 def run(args) -> int:
-    if args.problem is not None:  # any other problem: gradflow/_cli/problems.py
-        return run_problem(args)
     # The figure code is imported on a thread while the solve runs; the
     # command waits for it on every way out, so no import outlives the command
     # (CPython 3.11's parser state is not safe against a parse on another
     # thread: a test session that calls the command saw spurious SystemErrors).
     loader = None if args.no_figures else preload_figures()
     try:
-        return _run_chain(args)
+        return _run(args)
     finally:
         if loader is not None:
             loader.join()
 
 
-def _run_chain(args) -> int:
+def _run(args) -> int:
     import gradflow as gf
 
     interrupted = None
     try:
-        chain, description = _chain(args)
-        model = model_from_args(args)
-        if args.num_saves < 2:
-            raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
-        saveat, solver, run = flow_options(args)
-        traj = gf.integrate(
-            chain,
+        choice = choose(args, "run")
+        choice.fill_defaults(args, "run")
+        ((problem, description),) = choice.build()
+        saveat, solver, options = common.flow_options(args)
+        out = Output(
+            args.out, overwrite=args.overwrite, resuming=common.is_file(args.checkpoint)
+        )
+        args.output = out
+        traj = gf.flow(
+            problem,
             args.init_scale,
-            width=args.width,
-            model=model,
             seed=args.seed,
             t1=args.t1,
             saveat=saveat,
             solver=solver,
-            run=run,
+            run=options,
         )
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        return fail("run", e, args.flags)
+    except INPUT_ERRORS as e:
+        return fail(args, e)
     except gf.Interrupted as e:
-        # Ctrl-C: keep what was computed (the figures are skipped).
+        # Ctrl-C during the solve: keep what was computed (no figures)
         interrupted, traj = e, e.result
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    traj.save(out / "trajectory.npz")
-    write_csv(out / "stages.csv", traj.stages, STAGE_FIELDS)
-    write_csv(out / "events.csv", traj.events, EVENT_FIELDS)
-    (out / "command.json").write_text(json.dumps({"argv": sys.argv[1:]}, indent=1))
+    plugin = choice.plugin
+    trajectory = out.path("trajectory.npz")
+    traj.save(trajectory)
+    write_csv(
+        out.path("stages.csv"),
+        traj.stages,
+        getattr(plugin, "STAGE_FIELDS", GENERIC_STAGE_FIELDS),
+    )
+    write_csv(
+        out.path("events.csv"),
+        traj.events,
+        getattr(plugin, "EVENT_FIELDS", GENERIC_EVENT_FIELDS),
+    )
     if interrupted is not None:
+        out.finish()
         print(
             f"gradflow run: interrupted: {traj.message}; the partial trajectory is "
-            f"in {out / 'trajectory.npz'}",
+            f"in {trajectory}",
             file=sys.stderr,
         )
         return 130
-    levels = gf.markov.entropy_bounds(chain)
-    print(f"chain: {description}; model: {model.label}")
+    print(f"problem: {description}")
+    levels = levels_text(plugin, problem)
     print(
-        f"loss {traj.loss[0]:.5f} -> {traj.loss[-1]:.5f} at t = {traj.t_final:.6g} "
-        f"(log d = {levels['log_d']:.5f}, H(pi) = {levels['unigram']:.5f}, "
-        f"conditional entropy = {levels['conditional']:.5f})"
+        f"loss {traj.loss[0]:.6g} -> {traj.loss[-1]:.6g} at t = {traj.t_final:.6g}"
+        + (f" ({levels})" if levels else "")
     )
     resumed = traj.stats.resumed_from
     print(
@@ -270,18 +122,16 @@ def _run_chain(args) -> int:
         )
     )
     print(gf.stage_table(traj.stages))
-    written = ["trajectory.npz", "stages.csv", "events.csv", "command.json"]
     if not args.no_figures:
         import gradflow.plot as plot
 
-        written += [
-            p.name for p in plot.plot_all(traj, out, title=description, pdf=args.pdf)
-        ]
-    print(f"wrote {', '.join(written)} to {out}/")
+        out.record(*plot.plot_all(traj, out.root, title=description, pdf=args.pdf))
+    out.finish()
+    print(f"wrote {out.names()} to {out.root}/")
     if not traj.ok:
         print(
             f"gradflow run: error: {traj.message} (the partial trajectory is in "
-            f"{out / 'trajectory.npz'})",
+            f"{trajectory})",
             file=sys.stderr,
         )
         return 1

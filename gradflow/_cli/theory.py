@@ -1,26 +1,33 @@
 """`gradflow theory TRAJ.npz [--out DIR]`: the linearisation report of a saved
-trajectory, printed as a table, with a figure (PNG and PDF) and the rows as
-JSON."""
+trajectory of any problem, printed as a table, with a figure (PNG; PDF with
+`--pdf`) and the rows as JSON."""
 
 import argparse
 import json
 import math
+import sys
+import warnings
 from pathlib import Path
 
-from .._result.trajectory import load_trajectory
-from .common import add_subcommand, existing_path, fail, flag_names
+from .common import INPUT_ERRORS, add_subcommand, existing_path, fail
 
 
 def register(subparsers) -> None:
     parser = add_subcommand(
         subparsers,
         "theory",
-        help="predicted against measured: critical points, unstable rates, escapes",
-        description=(
-            "Finds the plateaus of a saved trajectory, refines the critical point "
-            "each one shadows, linearises the flow there, and prints the theory's "
-            "predictions against what the trajectory measured."
+        (
+            "predicted against measured: critical points, unstable rates, escapes",
+            "Finds the plateaus of a saved trajectory of any problem (gradflow run "
+            "writes trajectory.npz), refines the critical point each one shadows, "
+            "linearises the flow there, and prints the theory's predictions (the "
+            "unstable rates; for the paper's model also its closed forms) against "
+            "what the trajectory measured. With --out, writes NAME.json and the "
+            "figure NAME.png (and NAME.pdf with --pdf) into that folder, beside "
+            "what is there (files of the same names are refused unless "
+            "--overwrite).",
         ),
+        run,
     )
     parser.add_argument(
         "trajectory",
@@ -29,22 +36,58 @@ def register(subparsers) -> None:
         "writes trajectory.npz)",
     )
     parser.add_argument(
+        "--threshold",
+        type=float,
+        default=1e-2,
+        help="plateau threshold on t|grad L|^2 / (the loss scale) "
+        "(gradflow.theory.plateaus)",
+    )
+    g = parser.add_argument_group("output")
+    g.add_argument(
         "--out",
         metavar="DIR",
         type=Path,
         default=None,
-        help="folder for NAME.png/.pdf and NAME.json (default: none, print only)",
+        help="folder for NAME.json and NAME.png (default: none, print only)",
     )
-    parser.add_argument(
-        "--name", default="theory", help="file stem of the outputs in --out"
+    g.add_argument("--name", default="theory", help="file stem of the outputs in --out")
+    g.add_argument(
+        "--overwrite", action="store_true", help="replace NAME.* files in --out"
     )
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=1e-2,
-        help="plateau threshold on t|grad L|^2 / (log d - H(P|pi))",
-    )
-    parser.set_defaults(func=run, flags=flag_names(parser))
+    g.add_argument("--no-figures", action="store_true", help="skip the figure")
+    g.add_argument("--pdf", action="store_true", help="also write the figure as PDF")
+
+
+def _load(path: Path):
+    """The trajectory of `path`, with any warning of the reader (a problem
+    that could not be re-imported) printed as one line."""
+    import gradflow as gf
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traj = gf.load(path)
+    for w in caught:
+        message = " ".join(str(w.message).split())
+        print(f"gradflow theory: warning: {message}", file=sys.stderr)
+    if not isinstance(traj, gf.Trajectory):
+        raise ValueError(
+            f"TRAJ.npz: '{path}' holds a {type(traj).__name__}, not a trajectory "
+            "(gradflow run writes trajectory.npz)"
+        )
+    return traj
+
+
+def _check_out(args) -> None:
+    if args.out is None:
+        return
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out: '{args.out}' is a file, not a folder")
+    taken = sorted(p.name for p in args.out.glob(f"{args.name}.*"))
+    if taken and not args.overwrite:
+        raise ValueError(
+            f"--out: '{args.out}' already holds {', '.join(taken)}; give "
+            "--overwrite to replace them, or another --name or --out"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,12 +98,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--threshold must be finite and > 0, got {args.threshold}"
             )
+        _check_out(args)
         path = existing_path("TRAJ.npz", args.trajectory)
-        traj = load_trajectory(path)
-    except (FileNotFoundError, ValueError) as e:
-        return fail("theory", e, args.flags)
-    points = critical_points(traj, threshold=args.threshold)
-    rows = theory_report(traj, points=points)
+        traj = _load(path)
+        points = critical_points(traj, threshold=args.threshold)
+        rows = theory_report(traj, points=points)
+    except INPUT_ERRORS as e:
+        return fail(args, e)
     print(repr(traj))
     print("critical points:")
     for cp in points:
@@ -75,23 +119,23 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
-        paths = plot_report(traj, points, rows, out / args.name)
+        paths = []
+        if not args.no_figures:
+            formats = ("png", "pdf") if args.pdf else ("png",)
+            paths = plot_report(traj, points, rows, out / args.name, formats)
         with open(out / f"{args.name}.json", "w") as f:
             json.dump(
                 {"rows": rows, "critical_points": [cp.as_dict() for cp in points]},
                 f,
                 indent=1,
+                default=str,
             )
-        print(
-            "\nwrote",
-            ", ".join(str(p) for p in paths),
-            "and",
-            out / f"{args.name}.json",
-        )
+        paths.append(out / f"{args.name}.json")
+        print("\nwrote", ", ".join(str(p) for p in paths))
     return 0
 
 
-def plot_report(traj, points, rows, stem: Path) -> list[Path]:
+def plot_report(traj, points, rows, stem: Path, formats=("png", "pdf")) -> list[Path]:
     """Loss and |grad L| against time with the refined critical points, and
     the predicted escape rates drawn as slopes on the measured |grad L|."""
     import numpy as np
@@ -153,8 +197,4 @@ def plot_report(traj, points, rows, stem: Path) -> list[Path]:
     ax1.legend(fontsize=7, loc="lower left")
     fig.suptitle(f"gradflow theory: {describe(traj.problem)}", fontsize=10)
     fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
-    plt.close(fig)
-    return paths
+    return plot.save_figure(fig, stem, formats)

@@ -63,6 +63,38 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def existing_path(flag: str, value, *, allow: tuple[str, ...] = ()) -> Path:
+    """`value` as a `Path` that exists (a file or a folder), or a one-line
+    `FileNotFoundError` naming `flag` (a command line's option, or an
+    argument). A value in `allow` (e.g. `builtin`) is a keyword, not a path,
+    and is refused here: test for it first."""
+    path = Path(os.fspath(value)).expanduser()
+    if str(value) in allow:
+        raise ValueError(f"{flag}: {value!r} is a keyword, not a path")
+    if not str(value).strip() or not path.exists():
+        also = f" (or {', '.join(repr(a) for a in allow)})" if allow else ""
+        raise FileNotFoundError(
+            f"{flag}: no such file or folder: '{path}'; give an existing path{also}"
+        )
+    return path
+
+
+def read_array(flag: str, value) -> np.ndarray:
+    """The array of a `.npy` file (written by `numpy.save`) named by `flag`;
+    a one-line error naming `flag` when it is missing, a folder or not a
+    readable `.npy` array."""
+    path = existing_path(flag, value)
+    if path.is_dir():
+        raise ValueError(f"{flag}: '{path}' is a folder, not a .npy file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception as e:
+        reason = " ".join(str(e).split())
+        raise ValueError(
+            f"{flag}: could not read '{path}' as a .npy array: {reason}"
+        ) from None
+
+
 def peek_format(path) -> str | None:
     """The `format` a gradflow `.npz` file declares (reading only its metadata
     member), or `None` if `path` is not a readable gradflow file (the full

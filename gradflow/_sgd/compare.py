@@ -41,6 +41,31 @@ def crossing_time(ts: np.ndarray, loss: np.ndarray, level: float) -> float:
     return float(t0 + f * (t1 - t0))
 
 
+def drop_bounds(traj) -> list[tuple[float, float]]:
+    """`(upper, lower)`: the loss at the top and at the bottom of each drop of
+    a flow, read off its plateaus: from the start (or a plateau's end) down
+    to the next plateau's start, and from the last plateau's end to the
+    final loss when that plateau ended before the last save. Without
+    plateaus, the whole fall is one drop; a drop under 0.1 % of the whole
+    fall is left out."""
+    loss = np.asarray(traj.loss, float)
+    start, final = float(loss[0]), float(loss[-1])
+    plateaus = sorted(
+        (s for s in getattr(traj, "stages", ()) or () if s.name == "plateau"),
+        key=lambda s: s.t_start,
+    )
+    t0 = float(np.asarray(traj.ts)[0])
+    bounds, upper = [], start
+    for p in plateaus:
+        if p.t_start > t0:
+            bounds.append((upper, float(p.loss_start)))
+        upper = float(p.loss_end)
+    if not plateaus or plateaus[-1].complete:
+        bounds.append((upper, final))
+    fall = max(start - min(final, *(b for _, b in bounds)), 0.0)
+    return [(a, b) for a, b in bounds if a - b > 1e-3 * fall and fall > 0]
+
+
 def _stage_times(records) -> dict[str, float]:
     out = {}
     for r in records:
@@ -75,6 +100,12 @@ class Comparison(eqx.Module):
       the saves (on the default log grid, an average in $\log t$);
       `time_avg_abs_gap_after`, its average in $t$ (trapezoidal, weighting late
       times); `max_abs_gap_after`, its maximum.
+    - `drop_levels`: half way down each drop of the flow (from the start or a
+      plateau's end to the next plateau's start, read off the flow's
+      plateaus);
+      `drop_flow_crossings`, `drop_sgd_crossings`: the first times each is
+      reached; `drop_rel_error`: $|t_\text{SGD} - t_\text{flow}| /
+      t_\text{flow}$ for each drop (`inf` where SGD never reaches it).
     - `stage_time_diffs`: SGD minus flow start time of each stage found in both
       (empty until stages are attached).
     - `reference_levels`: the problem's reference levels
@@ -100,6 +131,10 @@ class Comparison(eqx.Module):
     max_abs_gap_after: float
     stage_time_diffs: dict[str, float]
     labels: tuple[str, str] = ("flow", "SGD")
+    drop_levels: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
+    drop_flow_crossings: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
+    drop_sgd_crossings: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
+    drop_rel_error: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
     reference_levels: dict[str, tuple[str, float]] = eqx.field(default_factory=dict)
     flow_stages: tuple = ()
 
@@ -119,6 +154,24 @@ class Comparison(eqx.Module):
             "final_param_distance": float(self.param_distance[-1]),
             "exact": self.exact,
             "stage_time_diffs": dict(self.stage_time_diffs),
+            "drops": [
+                {
+                    "level": float(lv),
+                    "flow_crossing": float(a),
+                    "sgd_crossing": float(b),
+                    "rel_error": float(e),
+                }
+                for lv, a, b, e in zip(
+                    self.drop_levels,
+                    self.drop_flow_crossings,
+                    self.drop_sgd_crossings,
+                    self.drop_rel_error,
+                    strict=True,
+                )
+            ],
+            "max_drop_rel_error": float(np.max(self.drop_rel_error))
+            if len(self.drop_rel_error)
+            else math.nan,
         }
 
     def figure(self, title: str | None = None):
@@ -154,6 +207,15 @@ class Comparison(eqx.Module):
                         fontsize=6, color="0.4", va="center", ha="left")  # fmt: skip
             if np.isfinite(tc):
                 ax.plot(tc, lv, "k|", ms=10)
+        for j, (lv, tf, ts_) in enumerate(
+            zip(self.drop_levels, self.drop_flow_crossings, self.drop_sgd_crossings,
+                strict=True)
+        ):  # fmt: skip
+            for t, color, face in ((tf, "k", "k"), (ts_, "C1", "none")):
+                if np.isfinite(t):
+                    ax.plot(t, lv, "v", ms=5, color=color, mfc=face,
+                            label=("half way down each drop (flow: filled, SGD: "
+                                   "open)" if j == 0 and color == "k" else None))  # fmt: skip
         ax.set_xscale("log")
         ax.set_ylabel("population loss")
         ax.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), fontsize=7,
@@ -178,11 +240,17 @@ class Comparison(eqx.Module):
                   frameon=False)  # fmt: skip
         return fig
 
-    def save_figure(self, path, title: str | None = None) -> list[Path]:
-        """Writes the figure as `path` with suffixes `.png` and `.pdf`."""
+    def save_figure(
+        self,
+        path,
+        title: str | None = None,
+        formats: tuple[str, ...] = ("png", "pdf"),
+    ) -> list[Path]:
+        """Writes the figure as `path` with the suffixes of `formats` (by
+        default `.png` and `.pdf`)."""
         from ..plot._base import save_figure
 
-        return save_figure(self.figure(title), Path(path).with_suffix(""))
+        return save_figure(self.figure(title), Path(path).with_suffix(""), formats)
 
 
 def _leaves(params) -> list[np.ndarray]:
@@ -301,6 +369,14 @@ def compare(
     else:
         time_avg = mean_after
 
+    bounds = drop_bounds(traj)
+    drop_lv = np.array([0.5 * (a + b) for a, b in bounds])
+    drop_fc = np.array([crossing_time(ts, flow_loss, lv) for lv in drop_lv])
+    drop_sc = np.array([crossing_time(ts, sgd_loss, lv) for lv in drop_lv])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        drop_rel = np.abs(drop_sc - drop_fc) / drop_fc
+    drop_rel = np.where(np.isfinite(drop_fc) & ~np.isfinite(drop_sc), np.inf, drop_rel)
+
     flow_stages = _stage_times(getattr(traj, "stages", ()))
     sgd_stages = _stage_times(getattr(run, "stages", ()))
     stage_diffs = {
@@ -326,7 +402,17 @@ def compare(
         labels=labels,
         reference_levels=levels_,
         flow_stages=tuple(getattr(traj, "stages", ()) or ()),
+        drop_levels=drop_lv.reshape(-1),
+        drop_flow_crossings=drop_fc.reshape(-1),
+        drop_sgd_crossings=drop_sc.reshape(-1),
+        drop_rel_error=drop_rel.reshape(-1),
     )
 
 
-__all__ = ["Comparison", "compare", "crossing_time", "first_drop_target"]
+__all__ = [
+    "Comparison",
+    "compare",
+    "crossing_time",
+    "drop_bounds",
+    "first_drop_target",
+]

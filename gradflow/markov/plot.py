@@ -106,17 +106,41 @@ def _title(traj: Trajectory, what: str, title: str | None) -> str:
     return f"{what}\n{title or describe_chain(chain_of(traj))}; {run}"
 
 
-def _mark_cycles(ax, stages, t_lo: float) -> None:
+def _mark_cycles(ax, stages, t_lo: float, t_hi: float) -> None:
     """Writes `name c` (c: the cycle) at the start of each stage that is not a
-    plateau, along the top of `ax`."""
-    for s in stages:
-        if s.name == "plateau" or not np.isfinite(s.t_start):
-            continue
+    plateau, along the top of `ax` (a log-time axis from `t_lo` to `t_hi`):
+    each label beside its stage's start, moved along just enough that no two
+    labels overlap and none leaves the frame."""
+    marks = [s for s in stages if s.name != "plateau" and np.isfinite(s.t_start)]
+    if not marks or not t_hi > t_lo:
+        return
+    span = np.log(t_hi) - np.log(t_lo)
+    xs = [(np.log(max(s.t_start, t_lo)) - np.log(t_lo)) / span for s in marks]
+    gap = 0.012  # a label's height (fontsize 6, rotated) as a fraction of the axis
+    placed = _label_positions(xs, gap)
+    for s, x in zip(marks, placed, strict=True):
         ax.text(
-            max(s.t_start, t_lo), 0.98, f" {stage_label(s)} {s.cycle}",
-            transform=ax.get_xaxis_transform(), rotation=90, va="top",
-            ha="left", fontsize=6, color=STAGE_COLORS.get(s.name, "0.3"),
+            x, 0.98, f" {stage_label(s)} {s.cycle}",
+            transform=ax.transAxes, rotation=90, va="top", ha="left",
+            fontsize=6, color=STAGE_COLORS.get(s.name, "0.3"),
         )  # fmt: skip
+
+
+def _label_positions(xs, gap: float, right: float = 1.0) -> list[float]:
+    """Positions (fractions of an axis) near `xs` for labels `gap` wide that
+    start at their position: in the same order, at least `gap` apart, the
+    last ending inside `right`."""
+    order = np.argsort(xs, kind="stable")
+    pos = np.asarray(xs, float)[order]
+    for i in range(len(pos)):  # left to right: push apart
+        if i and pos[i] < pos[i - 1] + gap:
+            pos[i] = pos[i - 1] + gap
+    for i in range(len(pos) - 1, -1, -1):  # right to left: keep inside
+        limit = right - gap if i == len(pos) - 1 else pos[i + 1] - gap
+        pos[i] = min(pos[i], limit)
+    out = np.empty_like(pos)
+    out[order] = pos
+    return [float(x) for x in out]
 
 
 def _token_lines(ax, x, values, traj: Trajectory, *, ls="-", lw=1.2, label=True):
@@ -168,7 +192,7 @@ def summary_figure(traj: Trajectory, *, title: str | None = None):
         ax.axhline(levels[key], color="tab:red", ls=style, lw=1,
                    label=f"{name} = {levels[key]:.4f}")  # fmt: skip
     ax.set_ylabel("population loss")
-    _mark_cycles(ax, traj.stages, t[0])
+    _mark_cycles(ax, traj.stages, t[0], t[-1])
     legend_beside(ax)
     ax = axes[1]
     for name, color in (("W0", "C0"), ("W1", "C1"), ("WQ", "C2"), ("WK", "C3")):

@@ -60,8 +60,9 @@ def problem_summary_figure(traj: Trajectory, *, title: str | None = None):
     ax1.set_yscale("log")
     ax1.set_ylabel(r"$|\nabla L|$")
     ax1.set_xscale("log")
-    ax1.set_xlim(float(t[0]), float(t[-1]))
-    ax1.set_xlabel("gradient-flow time $t$")
+    t_hi, note = _time_axis_end(t, loss, floor)
+    ax1.set_xlim(float(t[0]), t_hi)
+    ax1.set_xlabel("gradient-flow time $t$" + note)
     if ranks:
         ax0.plot([], [], color="C3", lw=0.6, label="rank records")
     ax0.legend(fontsize=8, frameon=False, loc="lower left")
@@ -69,6 +70,30 @@ def problem_summary_figure(traj: Trajectory, *, title: str | None = None):
     ax0.set_title(title or f"{what}: loss and stages", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# Where the loss is this close to its floor (relative to its start), what is
+# left of the run is round-off: the summary's time axis ends soon after.
+ROUND_OFF = 1e-12
+
+
+def _time_axis_end(t, loss, floor) -> tuple[float, str]:
+    """The end of the summary's time axis: the last save, or twice the time
+    the loss came within round-off of its floor when that is earlier (the
+    rest of a long run would fill the log axis with round-off); with a note
+    for the axis label."""
+    t_end = float(t[-1])
+    if floor is None or loss.size < 2:
+        return t_end, ""
+    gap = loss - floor
+    reached = np.flatnonzero(gap <= ROUND_OFF * max(abs(float(gap[0])), 1e-300))
+    if reached.size and 2 * t[reached[0]] < t_end:
+        t_cut = float(2 * t[reached[0]])
+        return t_cut, (
+            f" (shown to {t_cut:.3g}: the loss is at its floor to round-off from "
+            f"t = {t[reached[0]]:.3g} to t1 = {t_end:.4g})"
+        )
+    return t_end, ""
 
 
 @functools.singledispatch

@@ -239,9 +239,11 @@ def phase_diagram(
 def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     """Every member of a [`gradflow.Sweep`][] at a glance: left, the loss
     curves of all members on a log-time axis, coloured by `color_by` (a sweep
-    axis; by default its first label, else the problem); right, one row per
-    member with its stages shaded over the same time axis (failed members
-    marked where they stopped).
+    axis; by default its first label, else the first of the init scale (by
+    its logarithm), the seed and the problem that varies), the first colour
+    drawn widest and each later one narrower on top, so that curves that
+    overlap stay visible; right, one row per member with its stages shaded
+    over the same time axis (failed members marked where they stopped).
 
     **Returns:** the matplotlib figure.
     """
@@ -249,8 +251,17 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     _check_sweep(sw)
     plt = pyplot()
     if color_by is None:
-        color_by = next(iter(sw.labels), "problem")
+        color_by = next(iter(sw.labels), None) or next(
+            (
+                name
+                for name in ("init_scale", "seed", "problem")
+                if len({getattr(m, name) for m in sw.members}) > 1
+            ),
+            "problem",
+        )
     cvals = _member_axis(sw, color_by).astype(float)
+    if color_by == "init_scale":  # scales span decades: coloured by their log
+        cvals = np.log10(cvals)
     import matplotlib as mpl
     import matplotlib.cm
     import matplotlib.colors
@@ -265,10 +276,17 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     )  # fmt: skip
     t_lo = float(np.min(sw.ts[sw.ts > 0]))
     t_hi = float(sw.ts[-1])
-    for traj, cv in zip(sw, cvals, strict=True):
+    # Curves that overlap stay visible: the first colour value is drawn
+    # widest, each later one narrower on top of it (delta = 0 under 0.05).
+    distinct = np.unique(cvals)
+    rank = {float(v): i for i, v in enumerate(distinct)}
+    steps = max(distinct.size - 1, 1)
+    members = list(zip(sw, cvals, strict=True))
+    for traj, cv in sorted(members, key=lambda m: rank[float(m[1])]):
         keep = traj.ts > 0
-        ax0.plot(traj.ts[keep], traj.loss[keep], color=cmap(norm(cv)), lw=0.8,
-                 alpha=0.8)  # fmt: skip
+        lw = 0.8 + 2.2 * (1 - rank[float(cv)] / steps) if distinct.size > 1 else 1.0
+        ax0.plot(traj.ts[keep], traj.loss[keep], color=cmap(norm(cv)), lw=lw,
+                 alpha=0.85, solid_capstyle="butt")  # fmt: skip
     levels = {} if sw.problems[0] is None else loss_levels(sw.problems[0])
     for text, value in levels.values():
         ax0.axhline(value, color="0.4", lw=0.7, ls=":")
@@ -278,7 +296,10 @@ def sweep_summary(sw, *, color_by: str | None = None, title: str | None = None):
     ax0.set_xlabel("gradient-flow time $t$")
     ax0.set_ylabel("population loss")
     sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, ax=ax0, label=_axis_label(color_by), pad=0.01)
+    label = _axis_label(color_by)
+    if color_by == "init_scale":
+        label = r"$\log_{10}$ " + label
+    fig.colorbar(sm, ax=ax0, label=label, pad=0.01)
     if len(sw.problems) > 1 and levels:
         ax0.set_title("loss levels of problem 0 dotted", fontsize=8)
     seen = set()

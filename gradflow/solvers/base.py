@@ -155,6 +155,16 @@ RANK_TOL = 1.5
 RANK_STRIKES = 4
 
 
+def _check_count(name: str, value, least: int, *, optional: bool = False) -> None:
+    """A count option: an `int` (not a `bool`) `>= least`, or `None` when
+    `optional`; a one-line `ValueError` naming it otherwise."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        what = "None or an integer" if optional else "an integer"
+        raise ValueError(f"{name} must be {what} >= {least}, got {value!r}")
+
+
 class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
     r"""A Rosenbrock-W method with the W-matrix kept in eigen-form.
 
@@ -230,31 +240,11 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
     max_rank: int | str | None = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
-        if self.rank is not None and (
-            isinstance(self.rank, bool)
-            or not isinstance(self.rank, int)
-            or self.rank < 1
-        ):
-            raise ValueError(f"rank must be None or an integer >= 1, got {self.rank!r}")
-        if (
-            isinstance(self.refresh_every, bool)
-            or not isinstance(self.refresh_every, int)
-            or self.refresh_every < 1
-        ):
-            raise ValueError(
-                f"refresh_every must be an integer >= 1, got {self.refresh_every!r}"
-            )
+        _check_count("rank", self.rank, 1, optional=True)
+        _check_count("refresh_every", self.refresh_every, 1)
         if not (np.isfinite(self.jacobian_tol) and self.jacobian_tol > 0):
             raise ValueError(f"jacobian_tol must be > 0, got {self.jacobian_tol!r}")
-        if (
-            isinstance(self.power_iterations, bool)
-            or not isinstance(self.power_iterations, int)
-            or self.power_iterations < 0
-        ):
-            raise ValueError(
-                "power_iterations must be an integer >= 0, got "
-                f"{self.power_iterations!r}"
-            )
+        _check_count("power_iterations", self.power_iterations, 0)
         if not isinstance(self.carry_basis, bool):
             raise ValueError(
                 f"carry_basis must be True or False, got {self.carry_basis!r}"

@@ -31,22 +31,20 @@ def check_progress(progress) -> bool:
     return bool(progress)
 
 
+def _integer(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {name} = {show(value)}")
+    return int(value)
+
+
 def check_block_bytes(block_bytes) -> int:
-    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)):
-        raise TypeError(
-            f"block_bytes must be an integer, got block_bytes = {show(block_bytes)}"
-        )
-    if block_bytes < 1:
+    if _integer("block_bytes", block_bytes) < 1:
         raise ValueError(f"block_bytes must be >= 1, got block_bytes = {block_bytes}")
     return int(block_bytes)
 
 
 def check_min_tokens(min_tokens) -> int:
-    if isinstance(min_tokens, bool) or not isinstance(min_tokens, (int, np.integer)):
-        raise TypeError(
-            f"min_tokens must be an integer, got min_tokens = {show(min_tokens)}"
-        )
-    return max(2, int(min_tokens))
+    return max(2, _integer("min_tokens", min_tokens))
 
 
 def check_vocab_size(vocab_size, num_distinct: int, source: str, tail: str) -> int:

@@ -1,0 +1,242 @@
+"""Every subcommand for every problem, driven as a user drives it
+(`gradflow.cli.main`, or the command in a subprocess): `run`, `sweep` and
+`sgd` take `--problem` and write for any problem what they write for the
+paper's model, with the same numbers as the library's calls; the output
+folder is never overwritten unasked; Ctrl-C before the solve is one line and
+exit status 130.
+
+The solves are small (a few dozen saves), one compilation each; the bad
+input of every subcommand is in `tests/test_errors.py` (`CLI_CASES`).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradflow as gf
+from gradflow.cli import main
+
+
+ROOT = Path(__file__).resolve().parent.parent
+QUIET = ["--no-progress"]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
+    """`gradflow run --problem in-context` solves `gf.flow` of the problem
+    its flags describe (the same numbers), prints its stage table, writes
+    the files and the figure (PNG; PDF with --pdf), and `gradflow theory`
+    reads it. A non-empty --out is refused; `--overwrite` replaces what the
+    last command wrote there (its PDFs too) and keeps other files."""
+    out = tmp_path / "run"
+    argv = ["run", "--problem", "in-context", "--d", "2", "--context", "8"]
+    argv += ["--heads", "2", "--t1", "400", "--num-saves", "60", "--out", str(out)]
+    assert main([*argv, *QUIET, "--pdf"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(
+        "problem: InContextRegression(D=2, N=8, H=2, r=1), eigenvalues 1 0.5\n"
+    )
+    assert "stage " in printed and "\nplateau " in printed
+    problem = gf.problems.InContextRegression([1.0, 0.5], 8, 2, key_dim=1)
+    ref = gf.flow(
+        problem,
+        1e-2,  # the in-context problem's default init scale
+        t1=400.0,
+        saveat=gf.SaveAt(gf.default_save_times(400.0, 60)),
+        run=gf.Run(progress=False),
+    )
+    back = gf.load(out / "trajectory.npz")
+    np.testing.assert_array_equal(back.loss, ref.loss)
+    assert back.stages == ref.stages
+    assert _files(out) == [
+        "command.json",
+        "events.csv",
+        "stages.csv",
+        "summary.pdf",
+        "summary.png",
+        "trajectory.npz",
+    ]
+    record = json.loads((out / "command.json").read_text())
+    assert record["files"] == [f for f in _files(out) if f != "command.json"]
+
+    # the folder holds a run: refused, then replaced with --overwrite (the
+    # PDF of the last command goes, a file of the user's stays)
+    (out / "notes.txt").write_text("mine")
+    assert main([*argv, *QUIET]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert main([*argv, *QUIET, "--overwrite"]) == 0
+    assert "summary.pdf" not in _files(out) and "notes.txt" in _files(out)
+    capsys.readouterr()
+
+    assert main(["theory", str(out / "trajectory.npz"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "critical points:" in printed
+    assert (out / "theory.png").exists() and (out / "theory.json").exists()
+
+
+def test_sweep_deep_linear_over_a_grid_of_its_option(tmp_path, capsys):
+    """`gradflow sweep --problem deep-linear`: a grid of one of its options
+    (`--problem-seed 0,1`: two random teachers) in one batched solve, the
+    same numbers as `gf.sweep`, the sweep file, the stage table and the
+    figures."""
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "2", "1"]
+    argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "50"]
+    assert main([*argv, "--out", str(out), *QUIET]) == 0
+    printed = capsys.readouterr().out
+    assert "  swept: problem_seed = 0, 1\n" in printed
+    assert "2 members (2 problems x 1 init scale x 1 seed)" in printed
+    problems = [
+        gf.problems.DeepLinear.random([2.0, 1.0], n_in=4, n_out=3, hidden=(3,), seed=s)
+        for s in (0, 1)
+    ]
+    ref = gf.sweep(
+        problems,
+        init_scale=1e-3,
+        t1=30.0,
+        saveat=gf.SaveAt(gf.default_save_times(30.0, 50)),
+        run=gf.Run(progress=False),
+    )
+    sw = gf.load_sweep(out / "sweep.npz")
+    np.testing.assert_array_equal(sw.loss, ref.loss)
+    assert [m.labels for m in sw.members] == [{"problem_seed": 0}, {"problem_seed": 1}]
+    assert _files(out) == [
+        "command.json",
+        "phase_problem_seed_plateau.png",
+        "stages.csv",
+        "sweep.npz",
+        "sweep_summary.png",
+    ]
+
+
+def test_sgd_committee_against_its_flow(tmp_path, capsys):
+    """`gradflow sgd --problem committee --flow`: SGD on the committee's
+    samples, the flow from the same start, the crossing-time error of every
+    drop, and the files."""
+    out = tmp_path / "sgd"
+    argv = ["sgd", "--problem", "committee", "--t1", "20", "--lr", "0.05"]
+    argv += ["--batch-size", "64", "--num-saves", "40", "--flow", "--out", str(out)]
+    assert main([*argv, *QUIET]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("SGD of Committee(K=3, M=3, N=6)")
+    assert "against the flow: crossing-time error of each drop, half way down: " in (
+        printed
+    )
+    run = gf.load_sgd(out / "sgd_run.npz")
+    assert isinstance(run.problem, gf.problems.Committee) and run.ok
+    traj = gf.load(out / "trajectory.npz")
+    np.testing.assert_array_equal(traj.ts, run.ts)
+    summary = gf.compare(traj, run).summary()
+    assert len(summary["drops"]) >= 1
+    assert _files(out) == [
+        "command.json",
+        "compare.png",
+        "sgd_run.npz",
+        "trajectory.npz",
+    ]
+
+
+def test_an_existing_checkpoint_resumes_into_its_own_folder(tmp_path, capsys):
+    """A command that resumes (its --checkpoint exists) writes into the
+    folder of the run it continues: the folder is not refused (here the
+    checkpoint is not one, which the library then says)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectory.npz").write_text("from the interrupted run")
+    ckpt = tmp_path / "ck.npz"
+    ckpt.write_text("not a checkpoint")
+    code = main(["run", "--out", str(out), "--checkpoint", str(ckpt), *QUIET])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not empty" not in err and "ck.npz" in err
+
+
+@pytest.fixture
+def slow_factory(tmp_path, monkeypatch):
+    """A user's module with factories: one that stops as Ctrl-C does, one
+    that waits (writing a marker file first) for a Ctrl-C from outside."""
+    (tmp_path / "user_factories.py").write_text(
+        "import pathlib, time\n\n"
+        "def interrupted():\n"
+        "    raise KeyboardInterrupt\n\n"
+        "def waiting(marker: str = 'started'):\n"
+        "    pathlib.Path(marker).write_text('')\n"
+        "    time.sleep(120)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "user_factories", raising=False)
+    return tmp_path
+
+
+def test_ctrl_c_before_the_solve_is_one_line(slow_factory, capsys):
+    out = slow_factory / "out"
+    argv = ["run", "--problem", "user_factories:interrupted", "--out", str(out)]
+    assert main(argv) == 130
+    assert capsys.readouterr().err == (
+        "gradflow run: interrupted (Ctrl-C) before the solve started; nothing was "
+        "written\n"
+    )
+    assert not out.exists()
+
+
+def _interrupt(command: list[str], ready, cwd: Path) -> subprocess.CompletedProcess:
+    """Runs `command`, sends it SIGINT once `ready()` holds, and returns what
+    it did."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def test_ctrl_c_while_gradflow_is_imported(tmp_path):
+    """The `gradflow` command (`_gradflow_main.py`, its entry point): a Ctrl-C
+    while gradflow and JAX are being imported is one line and status 130,
+    not a traceback through the imports."""
+    start = time.monotonic()
+    script = (
+        "import sys; sys.argv = ['gradflow', 'run', '--out', 'x']; "
+        "import _gradflow_main; sys.exit(_gradflow_main.main())"
+    )
+    done = _interrupt(
+        [sys.executable, "-c", script],
+        lambda: time.monotonic() - start > 0.3,
+        tmp_path,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("gradflow")
+    assert not (tmp_path / "x").exists()
+
+
+# A subprocess that imports gradflow (several seconds): the integration tier.
+@pytest.mark.integration
+def test_ctrl_c_in_the_command_before_the_solve(slow_factory):
+    """`python -m gradflow.cli` (as the `gradflow` command runs it): Ctrl-C
+    while the problem is being built is one line and status 130, at once."""
+    marker = slow_factory / "started"
+    command = [sys.executable, "-m", "gradflow.cli", "run"]
+    command += ["--problem", "user_factories:waiting", "--out", "out"]
+    done = _interrupt(command, marker.exists, slow_factory)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == (
+        "gradflow run: interrupted (Ctrl-C) before the solve started; nothing was "
+        "written\n"
+    )
+    assert not (slow_factory / "out").exists()
