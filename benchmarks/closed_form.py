@@ -83,11 +83,6 @@ from pathlib import Path  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET_LOAD = 1.5
-
-
-def load1() -> float:
-    return os.getloadavg()[0]
 
 
 def grad_flops(d: int, m: int) -> float:
@@ -225,11 +220,10 @@ def rates(args) -> list[dict]:
             if d >= BLOCKED_MIN_D:  # the default: blocked, its own block sizes
                 name = f"blocked ({default_block(d)}; {default_hvp_block(d)})"
                 blocks[name] = None
-            before = load1()
-            new = measure(d, m, blocks, args)
-            after = load1()
+            with args.guard.row() as loads:
+                new = measure(d, m, blocks, args)
             for r in new:
-                r.update(load_before=before, load_after=after)
+                r.update(loads)
                 print_row(r)
             rows += new
     return rows
@@ -240,17 +234,17 @@ def block_sweep(args) -> list[dict]:
     for d in args.ds:
         for m in args.ms:
             blocks = {f"block {b}": b for b in args.blocks if b <= d}
-            before = load1()
-            new = measure(d, m, blocks, args)
-            after = load1()
+            with args.guard.row() as loads:
+                new = measure(d, m, blocks, args)
             for r in new:
-                r.update(load_before=before, load_after=after)
+                r.update(loads)
                 print_row(r)
             rows += new
     return rows
 
 
 def rates_table(rows, args) -> str:
+    guard = args.guard
     lines = [
         "| d | m | form | grad ms | grad, of matmul | HVP ms | HVP, of matmul | "
         "HVP / grad | speed-up over dense (grad, HVP) | matmul ms (GFLOP/s) | "
@@ -268,7 +262,7 @@ def rates_table(rows, args) -> str:
             if b is None or b is r
             else f"{b['grad_ms'] / r['grad_ms']:.2f}x, {b['hvp_ms'] / r['hvp_ms']:.2f}x"
         )
-        loaded = "*" if max(r["load_before"], r["load_after"]) > QUIET_LOAD else ""
+        loaded = "*" if guard.loaded(r) else ""
         lines.append(
             f"| {r['d']} | {r['m']} | {r['form']}{loaded} | {r['grad_ms']:.2f} | "
             f"{r['grad_frac']:.0%} | {r['hvp_ms']:.2f} | {r['hvp_frac']:.0%} | "
@@ -277,9 +271,9 @@ def rates_table(rows, args) -> str:
             f"{r['load_after']:.2f} |"
         )
     lines.append("")
-    if any(max(r["load_before"], r["load_after"]) > QUIET_LOAD for r in rows):
+    if any(guard.loaded(r) for r in rows):
         lines.append(
-            f"\\* The 1-minute load rose above {QUIET_LOAD} during this row: "
+            f"\\* The 1-minute load rose above {guard.limit} during this row: "
             "other processes took cores from it and from the matrix product."
         )
         lines.append("")
@@ -353,27 +347,26 @@ def memory(args) -> list[dict]:
                     continue  # would need more memory than this machine shares
                 env = dict(os.environ, PYTHONPATH=str(ROOT))
                 cmd = [sys.executable, __file__, "--child-memory", str(d), form, op]
-                before = load1()
-                done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                after = load1()
+                with args.guard.row() as loads:
+                    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if done.returncode != 0:
                     print(f"d={d} {form} {op}: failed: {done.stderr[-500:]}")
                     continue
                 r = json.loads(done.stdout.strip().splitlines()[-1])
-                r.update(load_before=before, load_after=after)
+                r.update(loads)
                 rows.append(r)
                 print(
                     f"d={d} {form:8s} {op}: peak {r['peak_mb']:6.0f} MB during the "
                     f"call (resident before it {r['resident_before_mb']:.0f} MB; "
                     f"peak building the chain and compiling "
                     f"{r['peak_before_reset_mb']:.0f} MB), {r['wall_s']:.2f} s; "
-                    f"load {before:.2f} -> {after:.2f}",
+                    f"{args.guard.label(loads)}",
                     flush=True,
                 )
     return rows
 
 
-def memory_table(rows) -> str:
+def memory_table(rows, guard) -> str:
     lines = [
         "| d | m | form | call | peak during the call, MB | resident before "
         "it, MB | peak building the chain and compiling, MB | call s | load |",
@@ -383,7 +376,7 @@ def memory_table(rows) -> str:
         form = r["form"]
         if r["block"] is not None:
             form = f"blocked ({r['block'] if r['op'] == 'grad' else r['hvp_block']})"
-        if max(r["load_before"], r["load_after"]) > QUIET_LOAD:
+        if guard.loaded(r):
             form += "*"
         lines.append(
             f"| {r['d']} | {r['m']} | {form} | {r['op']} | {r['peak_mb']:.0f} | "
@@ -428,17 +421,13 @@ def main():
         d, form, op = args.child_memory
         print(json.dumps(child_memory(int(d), form, op)))
         return
-    start = load1()
-    print(f"1-minute load at the start: {start:.2f} (quiet: at most {QUIET_LOAD})")
-    if args.doc and start > QUIET_LOAD and not args.force:
-        sys.exit(
-            f"refusing to write {args.doc}: the 1-minute load is {start:.2f} > "
-            f"{QUIET_LOAD}; wait for a quiet machine, or pass --force to write the "
-            "table marked as taken under load"
-        )
+    import gradflow as gf
+
+    guard = args.guard = gf.LoadGuard(args.doc, force=args.force)
+    guard.check()
     if args.memory:
         rows = memory(args)
-        table, name = memory_table(rows), "closed-form-memory"
+        table, name = memory_table(rows, guard), "closed-form-memory"
     elif args.blocks:
         rows = block_sweep(args)
         table, name = rates_table(rows, args), None
@@ -446,21 +435,11 @@ def main():
         rows = rates(args)
         name = "closed-form-rates" + ("-one-core" if args.one_core else "")
         table = rates_table(rows, args)
-    if start > QUIET_LOAD:
-        table += (
-            f"\n\n**Taken under load** (1-minute load {start:.2f} at the start, "
-            f"above {QUIET_LOAD}): other processes shared the cores, so these "
-            "numbers are not this machine's; take them again on a quiet machine."
-        )
-    print("\n" + table)
+    print("\n" + table + ("\n\n" + guard.note() if guard.note() else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    if args.doc and name is not None:
-        import gradflow as gf  # only here: this process measures others
-
-        gf.replace_between_markers(
-            args.doc, f"<!-- {name} -->", f"<!-- /{name} -->", table
-        )
+    if name is not None:
+        guard.write(f"<!-- {name} -->", f"<!-- /{name} -->", table)
 
 
 if __name__ == "__main__":

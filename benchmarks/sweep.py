@@ -10,26 +10,36 @@ one gf.integrate member, both compiled first; the cost per member at 1, 8,
     PYTHONPATH=. python benchmarks/sweep.py [--sizes 1 8 64 256] [--json out.json]
         [--batch-size N | --batch-size all]
 
-**Scaling** (`--scaling`): one script run that times, side by side, the 64-
-member sweep on 1, 2, 4, ... host devices (each count in a fresh process with
-`GRADFLOW_CPU_DEVICES`, since JAX fixes its devices when it starts) against
-the loop of gf.integrate calls timed in the same process, and the same 64
-members shared out to 1, 2, ... worker processes (`multiprocessing`, spawn;
-each worker one device, its members dealt in turn as on devices): the time
-of the work once the workers have compiled (a warm pool), and the time of a
-whole call (start, imports, compilation with a warm cache, work).
+**Scaling** (`--scaling`): for each member count (16: 4 delta x 4 seeds;
+64: 8 x 8; t1 = 5000, 201 saves) and each number of host devices (1, 2),
+in a fresh process with `GRADFLOW_CPU_DEVICES` (JAX fixes its devices when
+it starts): the sweep and the loop of gf.integrate over the same members,
+each compiled first (the sweep's first call timed and its compilations
+counted), then timed `--repeat` times in alternation. Each row gives wall
+and CPU time (user + system of the process, every thread: robust to other
+processes, where wall time is not) of both, the CPU-time/wall ratio (how
+many cores each kept busy), the sweep/loop ratios (medians over the
+repeats), and whether every member equals its solo run bit for bit.
+`--baseline DIR` runs the same rows with another checkout's gradflow (e.g.
+a worktree of the commit before) beside this one's.
 
-    PYTHONPATH=. python benchmarks/sweep.py --scaling [--devices 1 2 4]
-        [--workers 1 2] [--json out.json] [--doc docs/performance.md]
+    PYTHONPATH=. python benchmarks/sweep.py --scaling [--members 16 64]
+        [--devices 1 2] [--repeat 3] [--baseline DIR] [--json out.json]
+        [--doc docs/performance.md [--force]]
 
-`--doc` writes the table between the markers `<!-- sweep-scaling -->` and
-`<!-- /sweep-scaling -->` of that page. The criterion of issue 27: the
-64-member sweep at most 0.6x the loop's wall time on this machine.
+Every row prints the 1-minute load before and after it (`gf.LoadGuard`);
+`--doc` writes the table between `<!-- sweep-scaling -->` and
+`<!-- /sweep-scaling -->` of the page only when the load at the start is at
+most 1.5, or with `--force`, which marks it as taken under load. The
+criterion of issues 27 and 35: the 64-member sweep at most 0.6x the loop's
+wall time on 2 host devices, with a CPU-time/wall ratio near 2.
 """
 
 import argparse
 import json
+import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -43,8 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def members(gf, n: int):
-    """`n` members: 8 deltas x n/8 seeds (fewer deltas below 8)."""
-    n_delta = min(8, n)
+    """`n` members: k deltas x n/k seeds, k = min(8, isqrt(n)) (16: 4 x 4,
+    64: 8 x 8)."""
+    n_delta = min(8, math.isqrt(n))
     deltas = np.linspace(0.0, 0.1, 8)[:n_delta]
     seeds = range(n // n_delta)
     return [gf.chains.sticky(D, TOP, RHO, float(x)) for x in deltas], seeds, deltas
@@ -161,189 +172,150 @@ def loop_of_integrate(gf, stages: bool = True) -> tuple[float, float]:
 # -- scaling: host devices --------------------------------------------------------
 
 
-def sweep64(gf, seed_share=None):
-    """The 64-member sweep, or (for a worker) all chains with the seeds
-    `seed_share`: dealing the 64 members in turn to `k` workers (k divides 8)
-    gives worker `r` exactly the seeds `r, r + k, ...` of every chain."""
-    chains, seeds, deltas = members(gf, 64)
-    seeds = list(seeds) if seed_share is None else seed_share
-    return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH, t1=T1,
-                    labels={"delta": deltas}, run=gf.Run(progress=False))  # fmt: skip
+def cpu_seconds() -> float:
+    """CPU time of this process so far (user + system, every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
-def child_devices(repeat: int) -> dict:
-    """In a fresh process with GRADFLOW_CPU_DEVICES set by the parent: the
-    64-member sweep and the loop of gf.integrate, side by side."""
+def timed(fn):
+    """`(result, wall s, CPU s)` of one call."""
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    out = fn()
+    return out, time.perf_counter() - wall, cpu_seconds() - cpu
+
+
+def child_scaling(n: int, repeat: int) -> dict:
+    """In a fresh process (GRADFLOW_CPU_DEVICES set by the parent): the
+    `n`-member sweep and the loop of gf.integrate over the same members, each
+    compiled first (its first call timed, compilations counted), then timed
+    `repeat` times in alternation (so that a change of load hits both); wall
+    and CPU time of each, and whether every member equals its solo run bit
+    for bit."""
     import jax
 
     import gradflow as gf
 
-    start = time.perf_counter()
-    sw = sweep64(gf)  # compile
-    first = time.perf_counter() - start
-    walls, loops = [], []
-    for _ in range(repeat):  # alternate, so that load changes hit both
-        t = time.perf_counter()
-        sw = sweep64(gf)
-        walls.append(time.perf_counter() - t)
-        loops.append(loop_of_integrate(gf)[0])
-    solo = [
-        float(t.loss[-1]) for t in (
-            gf.integrate(members(gf, 64)[0][i // 8], SCALE, width=WIDTH, t1=T1,
-                         seed=i % 8, run=gf.Run(progress=False))
-            for i in (0, 9, 63)
+    compiles = [0]
+
+    def count(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    chains, seeds, deltas = members(gf, n)
+    quiet = gf.Run(progress=False)
+
+    def sweep():
+        return gf.sweep(chains, init_scale=SCALE, seeds=seeds, width=WIDTH, t1=T1,
+                        labels={"delta": deltas}, run=quiet)  # fmt: skip
+
+    def loop():
+        return [
+            gf.integrate(ch, SCALE, width=WIDTH, t1=T1, seed=s, run=quiet)
+            for ch in chains for s in seeds
+        ]  # fmt: skip
+
+    sw, first_wall, first_cpu = timed(sweep)
+    first_compiles = compiles[0]
+    trajs, loop_first, _ = timed(loop)
+    rows = []
+    for _ in range(repeat):
+        sw, s_wall, s_cpu = timed(sweep)
+        trajs, l_wall, l_cpu = timed(loop)
+        rows.append((s_wall, s_cpu, l_wall, l_cpu))
+    equal = all(
+        np.array_equal(a.loss, b.loss)
+        and all(
+            np.array_equal(x, y)
+            for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params))
         )
-    ]  # fmt: skip
-    same = [float(sw[i].loss[-1]) == solo[k] for k, i in enumerate((0, 9, 63))]
+        for a, b in zip(sw, trajs, strict=True)
+    )
+    med = np.median(np.array(rows), axis=0)
     return {
-        "devices": len(jax.devices()),
-        "sweep_s": min(walls),
-        "loop_s": min(loops),
-        "ratio": min(w / lp for w, lp in zip(walls, loops, strict=True)),
-        "ratios": [w / lp for w, lp in zip(walls, loops, strict=True)],
-        "first_call_s": first,
-        "members_equal_solo": all(same),
-        "steps": [int(x) for x in sw.stats.num_steps],
-        "load": load(),
-    }
+        "members": len(sw), "devices": len(jax.devices()),
+        "sweep_s": med[0], "sweep_cpu_s": med[1], "loop_s": med[2], "loop_cpu_s": med[3],
+        "ratio": float(np.median([r[0] / r[2] for r in rows])),
+        "cpu_ratio": float(np.median([r[1] / r[3] for r in rows])),
+        "repeats": rows, "first_call_s": first_wall, "first_call_cpu_s": first_cpu,
+        "first_call_compiles": first_compiles, "loop_first_call_s": loop_first,
+        "members_equal_solo": bool(equal), "steps": int(np.sum(sw.stats.num_steps)),
+    }  # fmt: skip
 
 
-# -- scaling: worker processes ---------------------------------------------------
-
-
-def _worker(rank: int, size: int, conn):
-    """One worker: its share of the 64 members (dealt in turn), swept once to
-    compile, then timed; sends (import + first call, timed work)."""
-    t0 = time.perf_counter()
-    import gradflow as gf
-
-    share = list(range(rank, 8, size))
-    sweep64(gf, share)
-    warm = time.perf_counter() - t0
-    conn.send("ready")
-    conn.recv()  # all workers compiled: start the timed work together
-    t = time.perf_counter()
-    sweep64(gf, share)
-    conn.send((warm, time.perf_counter() - t))
-    conn.close()
-
-
-def child_workers(size: int) -> dict:
-    import multiprocessing as mp
-
-    if 8 % size:
-        raise SystemExit(f"--workers: each count must divide 8, got {size}")
-
-    import gradflow as gf
-
-    ctx = mp.get_context("spawn")
-    os.environ["GRADFLOW_CPU_DEVICES"] = "1"
-    start = time.perf_counter()
-    pipes, procs = [], []
-    for rank in range(size):
-        a, b = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(rank, size, b))
-        p.start()
-        pipes.append(a)
-        procs.append(p)
-    for a in pipes:  # wait for each worker's first call
-        assert a.recv() == "ready"
-    ready = time.perf_counter() - start
-    t_work = time.perf_counter()
-    for a in pipes:
-        a.send("go")
-    results = [a.recv() for a in pipes]
-    work = time.perf_counter() - t_work
-    for p in procs:
-        p.join()
-    # a whole call: spawn, imports, compile (warm cache), work
-    whole = ready + work
-    loop = loop_of_integrate(gf)[0]
-    return {
-        "workers": size,
-        "work_s": work,
-        "whole_call_s": whole,
-        "start_and_compile_s": ready,
-        "loop_s": loop,
-        "ratio_work": work / loop,
-        "ratio_whole": whole / loop,
-        "per_worker_work_s": [r[1] for r in results],
-        "load": load(),
-    }
-
-
-def run_child(kind: str, count: int, repeat: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    env["GRADFLOW_CPU_DEVICES"] = str(count if kind == "devices" else 1)
-    cmd = [sys.executable, __file__, f"--child-{kind}", str(count), "--repeat",
-           str(repeat)]  # fmt: skip
+def run_child(checkout: Path, n: int, devices: int, repeat: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(checkout), GRADFLOW_CPU_DEVICES=str(devices))
+    cmd = [sys.executable, __file__, "--child", str(n), "--repeat", str(repeat)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
-        raise SystemExit(f"{kind} = {count} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"{n} members on {devices} devices failed:\n{done.stderr[-3000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def scaling_table(dev_rows, worker_rows) -> str:
+def scaling_table(rows, guard) -> str:
     lines = [
-        "| how | count | 64-member sweep, s | loop of `gf.integrate`, s (same "
-        "process) | sweep / loop | first call (compile), s | load |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| code | members | devices | sweep wall s | sweep CPU s | sweep CPU / wall | "
+        "loop wall s | loop CPU s | loop CPU / wall | sweep / loop, wall | "
+        "sweep / loop, CPU | first call s (compilations) | members = solo | load |",
+        "| --- |" + " --- |" * 13,
     ]
-    for r in dev_rows:
+    for r in rows:
+        star = "*" if guard.loaded(r) else ""
         lines.append(
-            f"| host devices | {r['devices']} | {r['sweep_s']:.2f} | {r['loop_s']:.2f} "
-            f"| **{r['ratio']:.2f}** | {r['first_call_s']:.1f} | {r['load']} |"
+            f"| {r['code']}{star} | {r['members']} | {r['devices']} | "
+            f"{r['sweep_s']:.2f} | {r['sweep_cpu_s']:.2f} | "
+            f"{r['sweep_cpu_s'] / r['sweep_s']:.2f} | {r['loop_s']:.2f} | "
+            f"{r['loop_cpu_s']:.2f} | {r['loop_cpu_s'] / r['loop_s']:.2f} | "
+            f"**{r['ratio']:.2f}** | {r['cpu_ratio']:.2f} | {r['first_call_s']:.1f} "
+            f"({r['first_call_compiles']}) | "
+            f"{'bit for bit' if r['members_equal_solo'] else 'round-off'} | "
+            f"{r['load_before']:.2f} -> {r['load_after']:.2f} |"
         )
-    for r in worker_rows:
-        lines.append(
-            f"| worker processes, warm | {r['workers']} | {r['work_s']:.2f} | "
-            f"{r['loop_s']:.2f} | **{r['ratio_work']:.2f}** | | {r['load']} |"
-        )
-        lines.append(
-            f"| worker processes, whole call | {r['workers']} | "
-            f"{r['whole_call_s']:.2f} | {r['loop_s']:.2f} | {r['ratio_whole']:.2f} "
-            f"| {r['start_and_compile_s']:.1f} (start, imports, compile) | "
-            f"{r['load']} |"
-        )
+    if any(guard.loaded(r) for r in rows):
+        lines += ["", f"\\* The 1-minute load exceeded {guard.limit} during this row."]
     return "\n".join(lines)
 
 
 def scaling(args):
-    print(f"cores: {os.cpu_count()}; {load()}", flush=True)
-    dev_rows, worker_rows = [], []
-    for k in args.devices:
-        r = run_child("devices", k, args.repeat)
-        dev_rows.append(r)
-        print(
-            f"{k} host device(s): sweep {r['sweep_s']:.2f} s, loop {r['loop_s']:.2f} s, "
-            f"sweep/loop {r['ratio']:.2f} (each repeat: "
-            f"{', '.join(f'{x:.2f}' for x in r['ratios'])}); first call "
-            f"{r['first_call_s']:.1f} s; members equal their solo runs: "
-            f"{r['members_equal_solo']}; {r['load']}",
-            flush=True,
-        )
-    for k in args.workers:
-        r = run_child("workers", k, 1)
-        worker_rows.append(r)
-        print(
-            f"{k} worker(s): work {r['work_s']:.2f} s (per worker "
-            f"{', '.join(f'{x:.2f}' for x in r['per_worker_work_s'])}), whole call "
-            f"{r['whole_call_s']:.2f} s, loop {r['loop_s']:.2f} s: work/loop "
-            f"{r['ratio_work']:.2f}, whole/loop {r['ratio_whole']:.2f}; {r['load']}",
-            flush=True,
-        )
-    table = scaling_table(dev_rows, worker_rows)
-    print("\n" + table)
+    guard = _guard(args)
+    print(f"cores: {os.cpu_count()}", flush=True)
+    checkouts = {"this": ROOT}
+    if args.baseline is not None:
+        checkouts["baseline"] = Path(args.baseline).resolve()
+    rows = []
+    for n in args.members:
+        for k in args.devices:
+            for code, checkout in checkouts.items():
+                with guard.row() as loads:
+                    r = run_child(checkout, n, k, args.repeat)
+                r.update(loads, code=code)
+                rows.append(r)
+                print(
+                    f"{code}: {n} members, {k} device(s): sweep {r['sweep_s']:.2f} s "
+                    f"wall / {r['sweep_cpu_s']:.2f} s CPU, loop {r['loop_s']:.2f} / "
+                    f"{r['loop_cpu_s']:.2f}: sweep/loop {r['ratio']:.2f} wall, "
+                    f"{r['cpu_ratio']:.2f} CPU; first call {r['first_call_s']:.1f} s "
+                    f"({r['first_call_compiles']} compilations); members equal "
+                    f"their solo runs bit for bit: {r['members_equal_solo']}; "
+                    f"{guard.label(loads)}",
+                    flush=True,
+                )
+    table = scaling_table(rows, guard)
+    print("\n" + table + ("\n\n" + guard.note() if guard.note() else ""))
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"devices": dev_rows, "workers": worker_rows}, indent=1)
-        )
-    if args.doc:
-        import gradflow as gf  # only here: this process measures others
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    guard.write("<!-- sweep-scaling -->", "<!-- /sweep-scaling -->", table)
 
-        gf.replace_between_markers(
-            args.doc, "<!-- sweep-scaling -->", "<!-- /sweep-scaling -->", table
-        )
+
+def _guard(args):
+    import gradflow as gf  # only the load guard: this process measures others
+
+    guard = gf.LoadGuard(args.doc, force=args.force)
+    guard.check()
+    return guard
 
 
 def main():
@@ -354,16 +326,15 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--batch-size", default=None)
     parser.add_argument("--scaling", action="store_true")
-    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--members", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--baseline", default=None)
     parser.add_argument("--doc", default=None)
-    parser.add_argument("--child-devices", type=int, default=None)
-    parser.add_argument("--child-workers", type=int, default=None)
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--child", type=int, default=None)
     args = parser.parse_args()
-    if args.child_devices is not None:
-        print(json.dumps(child_devices(max(1, args.repeat))))
-    elif args.child_workers is not None:
-        print(json.dumps(child_workers(args.child_workers)))
+    if args.child is not None:
+        print(json.dumps(child_scaling(args.child, max(1, args.repeat))))
     elif args.scaling:
         scaling(args)
     else:

@@ -141,8 +141,9 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
     (
         "files",
         "Files and pages",
-        "Writing results into a page of your own.",
-        ["replace_between_markers"],
+        "Writing results into a page of your own; the quiet-machine rule of "
+        "measured tables.",
+        ["replace_between_markers", "LoadGuard"],
     ),
 ]
 

@@ -26,7 +26,10 @@ _use_every_core()
 # their closed forms, so it is imported before them (each `isort: split`
 # keeps this order).
 from . import solvers as solvers, theory as theory  # noqa: E402
-from ._core.pages import replace_between_markers as replace_between_markers  # noqa: E402
+from ._core.pages import (  # noqa: E402
+    LoadGuard as LoadGuard,
+    replace_between_markers as replace_between_markers,
+)
 from ._core.records import (  # noqa: E402
     STAGE_KINDS as STAGE_KINDS,
     EventRecord as EventRecord,
@@ -160,6 +163,7 @@ __all__ = [
     "load",
     "load_sgd",
     "load_sweep",
+    "LoadGuard",
     "loss_levels",
     "markov",
     "MarkovChain",

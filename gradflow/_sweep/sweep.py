@@ -18,21 +18,25 @@ from typing import Any
 import diffrax as dfx
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import is_number, show
+from .._core.records import EventRecord
 from .._core.validate import check_init_scale, check_seed
 from .._flow.flow import Outcome, build_trajectory, make_observer, solve_spec
 from .._flow.setup import prepare
 from .._flow.solving import DEFAULT_T1
 from .._loop.checkpoint import Checkpointer, pack_tree, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
+from .._loop.loop import init_state, padded_save_times
 from .._options import Run, SaveAt, Solver, as_run, as_saveat, as_solver
 from .._problem.adapt import as_problem
 from .._problem.base import Problem
 from .._problem.files import configuration, fingerprint
 from .._problem.functions import describe
 from .batch import SweepJob, build_batch, stack, to_host
+from .lanes import LaneJob
 from .result import RESERVED_COLUMNS, Member, Sweep, SweepSettings, SweepStats
 
 
@@ -387,18 +391,113 @@ def _checkpointer(plan: _Plan, settings: SweepSettings) -> Checkpointer | None:
     )
 
 
-def _assemble(plan: _Plan, batch, job: SweepJob, driven, *, settings, start) -> Sweep:  # fmt: skip
+@dataclasses.dataclass(frozen=True)
+class _Solved:
+    """How the members' solve ended, on the host: every member's final loop
+    state (NumPy, stacked in member order), its located events and whether
+    it ran out of steps; and what the run cost."""
+
+    host_state: Any
+    records: list
+    out_of_steps: np.ndarray
+    interrupted: bool
+    resumed_from: list[float] | None
+    num_chunks: int
+    padding: int
+
+
+def _solve_sharded(plan: _Plan, specs, ckpt) -> _Solved:
+    """The members stacked and sharded over the devices, advanced together by
+    one compiled chunk (`batch.py`): batches under `vmap`, several hosts."""
+    batch = build_batch(plan.setups, specs, plan.devices, ckpt)
+    job = SweepJob(batch, plan.setups, plan.observers, batch_size=plan.batch_size)
+    n, t1 = batch.n, plan.setups[0].t1
+    driven = drive(
+        job,
+        batch.state,
+        total=n * t1,
+        start=float(np.minimum(batch.by_member(to_host(batch.state.t)), t1).sum()),
+        description=f"sweep of {n}",
+        progress=plan.run.progress and jax.process_index() == 0,
+        checkpoint=ckpt,
+    )
+    return _Solved(
+        host_state=batch.by_member(to_host(driven.state)),
+        records=job.records,
+        out_of_steps=job.out_of_steps,
+        interrupted=driven.interrupted,
+        resumed_from=batch.resumed_from,
+        num_chunks=driven.num_chunks,
+        padding=batch.n_pad,
+    )
+
+
+def _solve_lanes(plan: _Plan, specs, ckpt) -> _Solved:
+    """The members one by one on one host thread per device, each through
+    the compiled chunk of a solo run (`lanes.py`)."""
+    first = plan.setups[0]
+    n, dtype = len(plan.setups), first.dtype
+    ts = jnp.asarray(padded_save_times(first.ts), dtype)
+    t0, t1 = jnp.asarray(0.0, dtype), jnp.asarray(first.t1, dtype)
+    states = [
+        init_state(spec, y0=s.params0, args=s.problem_dt, t0=t0, t1=t1, ts=ts)
+        for s, spec in zip(plan.setups, specs, strict=True)
+    ]
+    records: list[list[EventRecord]] = [[] for _ in range(n)]
+    resumed_from = None
+    if ckpt is not None and ckpt.state is not None:
+        host = ckpt.restore(
+            "state", stack([jax.tree.map(np.asarray, s) for s in states])
+        )
+        states = [jax.tree.map(lambda x, i=i: x[i], host) for i in range(n)]
+        events = ckpt.state[0]["events"]
+        records = [[EventRecord.from_dict(r) for r in rs] for rs in events]
+        resumed_from = [float(t) for t in np.asarray(host.t)]
+    job = LaneJob(
+        plan.setups, specs, plan.observers, states, plan.devices,
+        ts=ts, t1=t1, records=records, max_steps=first.max_steps,
+    )  # fmt: skip
+    try:
+        driven = drive(
+            job,
+            job.initial,
+            total=n * first.t1,
+            start=float(np.minimum(job.initial.t, first.t1).sum()),
+            description=f"sweep of {n}",
+            progress=plan.run.progress,
+            checkpoint=ckpt,
+        )
+    finally:
+        job.close()
+    return _Solved(
+        host_state=job.host_state(driven.state),
+        records=job.records,
+        out_of_steps=job.out_of_steps,
+        interrupted=driven.interrupted,
+        resumed_from=resumed_from,
+        num_chunks=job.num_chunks,
+        padding=0,
+    )
+
+
+def uses_lanes(plan: _Plan) -> bool:
+    """Whether the members go through lanes (one by one, one process) rather
+    than the sharded batch."""
+    return plan.batch_size == 1 and jax.process_count() == 1
+
+
+def _assemble(plan: _Plan, solved: _Solved, *, settings, start) -> Sweep:
     """Each member's `Trajectory`, built by the same code as a solo call's,
     and the `Sweep` of them."""
-    host_state = batch.by_member(to_host(driven.state))
-    resumed_from = batch.resumed_from
+    host_state = solved.host_state
+    resumed_from = solved.resumed_from
     trajs = []
     for i, setup in enumerate(plan.setups):
         outcome = Outcome(
             state=jax.tree.map(lambda x, i=i: x[i], host_state),
-            records=job.records[i],
-            out_of_steps=bool(job.out_of_steps[i]),
-            interrupted=driven.interrupted,
+            records=solved.records[i],
+            out_of_steps=bool(solved.out_of_steps[i]),
+            interrupted=solved.interrupted,
             resumed_from=None if resumed_from is None else resumed_from[i],
         )
         trajs.append(
@@ -407,12 +506,12 @@ def _assemble(plan: _Plan, batch, job: SweepJob, driven, *, settings, start) -> 
     n_saves = plan.setups[0].ts.shape[0]  # the buffer may be longer
     loss = np.where(host_state.filled, host_state.saved["loss"], np.nan)[:, :n_saves]
     stats = SweepStats(
-        num_members=batch.n,
+        num_members=len(plan.setups),
         num_devices=len(plan.devices),
         num_processes=jax.process_count(),
-        padding=batch.n_pad,
+        padding=solved.padding,
         batch_size=plan.batch_size,
-        num_chunks=driven.num_chunks,
+        num_chunks=solved.num_chunks,
         num_steps=tuple(int(x) for x in host_state.num_steps),
         resumed=resumed_from is not None,
         wall_time=time.perf_counter() - start,
@@ -512,20 +611,10 @@ def sweep(
     settings = _settings(plan)
     ckpt = _checkpointer(plan, settings)
     specs = [solve_spec(s, o) for s, o in zip(plan.setups, plan.observers, strict=True)]
-    batch = build_batch(plan.setups, specs, plan.devices, ckpt)
-    job = SweepJob(batch, plan.setups, plan.observers, batch_size=plan.batch_size)
-    n, t1_ = batch.n, plan.setups[0].t1
-    driven = drive(
-        job,
-        batch.state,
-        total=n * t1_,
-        start=float(np.minimum(batch.by_member(to_host(batch.state.t)), t1_).sum()),
-        description=f"sweep of {n}",
-        progress=plan.run.progress and jax.process_index() == 0,
-        checkpoint=ckpt,
-    )
-    result = _assemble(plan, batch, job, driven, settings=settings, start=start)
-    if driven.interrupted:
+    solve = _solve_lanes if uses_lanes(plan) else _solve_sharded
+    solved = solve(plan, specs, ckpt)
+    result = _assemble(plan, solved, settings=settings, start=start)
+    if solved.interrupted:
         raise interrupted(interrupted_message("sweep interrupted", ckpt), result, ckpt)
     return result
 
