@@ -201,7 +201,7 @@ def in_context_saddle_rate(problem: InContextRegression, learnt=()) -> float:
     [`in_context_learning_time`][gradflow.theory.in_context_learning_time]);
     $\gamma_{i}^{1/3}\lambda_{j}^2$ maximised over learnt $i$ and unlearnt
     $j$ for $r > 1$; $\|\Sigma^2\|_F$ for merged key-query at the origin."""
-    return float(in_context_saddle_spectrum(problem, learnt)[0])
+    return float(in_context_saddle_spectrum(problem, learnt)[0]) + 0.0  # not -0.0
 
 
 def in_context_aligned_start(problem: InContextRegression, c0) -> SeparateHeads:
