@@ -28,6 +28,7 @@ PROBLEM_PACKAGES = (
     "gradflow.markov",
     "gradflow.problems._deep_linear",
     "gradflow.problems._committee",
+    "gradflow.problems._in_context",
 )
 # The modules that put a problem's public names where users find them: they
 # re-export and do nothing else.

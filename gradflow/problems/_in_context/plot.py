@@ -8,13 +8,13 @@ r"""Figures of in-context regression with linear attention
 
 import numpy as np
 
-from ..._problem.functions import describe
+from ..._problem.functions import describe, loss_levels
 from ..._result.trajectory import Trajectory
 from ...plot._base import check_trajectory, positive_time, pyplot, shade_stages
 from ...plot._problem import GENERIC_SHADES, figures, problem_summary_figure
 from .problem import InContextRegression
 from .report import trajectory_modes
-from .theory import in_context_minimiser, in_context_staircase
+from .theory import in_context_minimiser
 
 
 def _in_context(traj) -> InContextRegression:
@@ -27,23 +27,10 @@ def _in_context(traj) -> InContextRegression:
     return problem
 
 
-def _levels(problem: InContextRegression) -> list[tuple[int, float]]:
-    """`(k, L_{1..k})` of the levels the flow can rest on: every k up to the
-    heads' floor for separate key and query; the start and the minimum for
-    merged key-query (no intermediate plateau)."""
-    stairs = in_context_staircase(problem)
-    D = problem.dimension
-    if problem.merged:
-        return [(0, float(stairs[0])), (D, float(stairs[D]))]
-    k = min(D, problem.heads * int(problem.key_dim or 1))
-    return [(j, float(stairs[j])) for j in range(k + 1)]
-
-
 def staircase_figure(traj: Trajectory, *, title: str | None = None):
     r"""In-context regression's staircase: above, the loss (log time) with
-    the predicted levels $L_{1..k}$ dashed (`gf.theory.in_context_staircase`:
-    every $k$ up to the heads' floor; for merged key-query $L(0)$ and the
-    minimum only); below, the eigen-components $\tilde\Gamma_{ii} =
+    the predicted levels $L_{1..k}$ dashed (`gf.loss_levels`: every $k$ up
+    to the heads' floor; for merged key-query $L(0)$ and the minimum only); below, the eigen-components $\tilde\Gamma_{ii} =
     (U^\top\Gamma U)_{ii}$ (`traj.extras["modes"]`, largest eigenvalue
     first) with the minimiser's $\gamma_i = 1/((1 + \frac1N)\lambda_i +
     \frac\tau N)$ dashed in the same colour. The generic stages shaded.
@@ -64,11 +51,10 @@ def staircase_figure(traj: Trajectory, *, title: str | None = None):
     for ax in (ax0, ax1):
         shade_stages(ax, traj.stages, labels=ax is ax0, colors=GENERIC_SHADES)
     ax0.plot(ts, loss, color="k", lw=1.6, label="loss")
-    for k, level in _levels(problem):
-        name = "L(0)" if k == 0 else f"L_{{1..{k}}}"
+    for name, level in loss_levels(problem).values():
         ax0.axhline(level, color="C3", lw=0.8, ls="--", alpha=0.8)
         ax0.annotate(
-            f"${name}$ = {level:.4g}",
+            f"{name} = {level:.4g}",
             (0.0, level),
             xycoords=("axes fraction", "data"),
             xytext=(4, 2),

@@ -32,9 +32,8 @@ from ...theory._report import (
 )
 from .problem import InContextRegression, MergedHeads, SeparateHeads, attention_matrix
 from .theory import (
-    _antiderivative,
-    _check_problem,
-    _spectrum,
+    cubic_antiderivative,
+    eigen_spectrum,
     in_context_aligned_start,
     in_context_learning_time,
     in_context_level,
@@ -48,12 +47,17 @@ def _problem_of(traj) -> InContextRegression:
         raise TypeError(
             f"traj must be a gradflow.Trajectory, got {type(traj).__name__}"
         )
-    return _check_problem(traj.problem, "the trajectory's problem")
+    if not isinstance(traj.problem, InContextRegression):
+        raise TypeError(
+            "traj must be a trajectory of a gradflow.problems.InContextRegression, "
+            f"got one of {type(traj.problem).__name__}"
+        )
+    return traj.problem
 
 
 def _learnt_values(problem: InContextRegression) -> np.ndarray:
     r"""$\gamma_i = 1/A_i$, largest eigenvalue first."""
-    return 1 / _spectrum(problem)[1]
+    return 1 / eigen_spectrum(problem)[1]
 
 
 def trajectory_modes(traj: Trajectory) -> np.ndarray:
@@ -95,7 +99,9 @@ def in_context_learnt_times(traj: Trajectory, fraction: float = 0.5) -> np.ndarr
         a, b, target = modes[k - 1, i], modes[k, i], fraction * g
         if 0 < a and b < g:
             cube = g ** (1 / 3)
-            a, b, target = (_antiderivative(np.cbrt(x), cube) for x in (a, b, target))
+            a, b, target = (
+                cubic_antiderivative(np.cbrt(x), cube) for x in (a, b, target)
+            )
         out[i] = ts[k - 1] + (target - a) / (b - a) * (ts[k] - ts[k - 1])
     return out
 
@@ -136,7 +142,7 @@ def in_context_cubic_rate(
     if n < 3:
         return {"rate": math.nan, "t0": t0, "t1": t1, "n": n}
     run = (ts >= t0) & (ts <= t1)
-    F = _antiderivative(np.cbrt(f[run] * gamma), gamma ** (1 / 3))
+    F = cubic_antiderivative(np.cbrt(f[run] * gamma), gamma ** (1 / 3))
     rate = float(np.polyfit(ts[run], F, 1)[0])
     return {"rate": rate, "t0": t0, "t1": t1, "n": n}
 
@@ -177,7 +183,7 @@ def _saddle_ok(problem: InContextRegression, S) -> bool:
     return len(S) <= problem.heads
 
 
-def _escape_rows(problem, traj, plateau, S, nxt, points) -> list[dict[str, Any]]:
+def _escape_rows(problem, traj, *, plateau, S, nxt, points) -> list[dict[str, Any]]:
     """The rows of the escape from the saddle `S` (its plateau `(best,
     t_start, t_end)`) towards the directions `nxt`; `points`: the refined
     critical points of the trajectory."""
@@ -331,7 +337,9 @@ def _(
         nxt = tuple(i for i in _learnt(modes[after], gamma) if i not in S)
         if nxt:
             plateau = (best, t_start, t_end)
-            rows += _escape_rows(problem, traj, plateau, S, nxt, points)
+            rows += _escape_rows(
+                problem, traj, plateau=plateau, S=S, nxt=nxt, points=points
+            )
     S = _learnt(modes[-1], gamma)
     if S:
         err = np.abs(modes[-1, list(S)] / gamma[list(S)] - 1).max()
