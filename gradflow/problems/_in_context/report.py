@@ -78,8 +78,10 @@ def in_context_learnt_times(traj: Trajectory, fraction: float = 0.5) -> np.ndarr
     eigenvalue first; NaN where it never does). Between the bracketing saves
     it interpolates $F(\tilde\Gamma_{ii}^{1/3})$ linearly in $t$ ($F$ of
     [`in_context_learning_time`][gradflow.theory.in_context_learning_time],
-    which the aligned flow makes exactly linear), linearly in
-    $\tilde\Gamma_{ii}$ where $F$ is undefined.
+    which the aligned flow makes exactly linear; extrapolated from the two
+    saves before when the later save is within 1 % of $\gamma_i$, where the
+    solver's error swamps $F$), linearly in $\tilde\Gamma_{ii}$ where $F$
+    is undefined.
 
     **Arguments:** `traj`: a trajectory of a
     [`gradflow.problems.InContextRegression`][]; `fraction` in $(0, 1)$.
@@ -96,14 +98,30 @@ def in_context_learnt_times(traj: Trajectory, fraction: float = 0.5) -> np.ndarr
         if above.size == 0 or above[0] == 0:
             continue
         k = int(above[0])
-        a, b, target = modes[k - 1, i], modes[k, i], fraction * g
-        if 0 < a and b < g:
-            cube = g ** (1 / 3)
-            a, b, target = (
-                cubic_antiderivative(np.cbrt(x), cube) for x in (a, b, target)
-            )
-        out[i] = ts[k - 1] + (target - a) / (b - a) * (ts[k] - ts[k - 1])
+        out[i] = _crossing(ts, modes[:, i], k, fraction * g, g)
     return out
+
+
+def _crossing(ts, m, k: int, target: float, g: float) -> float:
+    r"""Where `m` reaches `target` between saves `k - 1` and `k`: linear in
+    $F(m^{1/3})$ when both saves lie in $(0, 0.99\gamma)$; from saves `k - 2`,
+    `k - 1` (extrapolated in $F$) when save `k` is nearly learnt (there the
+    solver's relative error, magnified by $1/(\gamma - m)$, swamps $F$);
+    linear in `m` where $F$ is undefined."""
+    cube = g ** (1 / 3)
+
+    def F(x):
+        return cubic_antiderivative(np.cbrt(x), cube)
+
+    if 0 < m[k - 1] and m[k] < 0.99 * g:
+        i, j = k - 1, k
+    elif k >= 2 and 0 < m[k - 2] < m[k - 1] < 0.99 * g:
+        i, j = k - 2, k - 1
+    else:
+        f = (target - m[k - 1]) / (m[k] - m[k - 1])
+        return float(ts[k - 1] + f * (ts[k] - ts[k - 1]))
+    f = (F(target) - F(m[i])) / (F(m[j]) - F(m[i]))
+    return float(ts[i] + f * (ts[j] - ts[i]))
 
 
 def in_context_cubic_rate(
