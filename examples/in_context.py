@@ -264,7 +264,7 @@ def markdown(init: dict, context: dict, report: list[dict], meta: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--no-doc", action="store_true", help="do not write the page")
     parser.add_argument("--quick", action="store_true", help="fewer members")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures")

@@ -214,7 +214,7 @@ def sgd_part(out: dict) -> None:
             dict(
                 problem=str(problem), lr=lr, batch=batch, steps=int(run.steps[-1]),
                 t_flow=t_flow, t_sgd=t_sgd, errors=errors, wall=wall,
-                final_param_distance=float(comparison.final_param_distance),
+                final_param_distance=float(comparison.param_distance[-1]),
             )
         )  # fmt: skip
         k = run.ts > 0
