@@ -98,7 +98,7 @@ def _pcr_rows(traj, problem) -> list[dict]:
 
 def literature_rows(out: dict) -> list[dict]:
     problem = separate()
-    traj = gf.flow(problem, init_scale=1e-2, t1=40_000.0, run=gf.Run(progress=False))
+    traj = gf.flow(problem, init_scale=1e-2, t1=100_000.0, run=gf.Run(progress=False))
     rows = _report_rows(traj, ZHANG, "separate, r = 1: ")
     halves = gf.theory.in_context_learnt_times(traj)
     rows.append(
@@ -132,7 +132,7 @@ def literature_rows(out: dict) -> list[dict]:
     )
     out["in_context_halves"] = halves.tolist()
     m = merged()
-    flow = gf.flow(m, init_scale=1e-6, t1=200.0, run=gf.Run(progress=False))
+    flow = gf.flow(m, init_scale=1e-6, t1=2000.0, run=gf.Run(progress=False))
     plateaus = [s for s in flow.stages if s.name == "plateau"]
     drops = [s for s in flow.stages if s.name == "drop"]
     rows.append(

@@ -171,7 +171,7 @@ def in_context_cubic_rate(
 
 
 def _plateau_saves(traj: Trajectory) -> list[tuple[int, float, float]]:
-    """`(best, t_start, t_end)` of each plateau: its save of least
+    r"""`(best, t_start, t_end)` of each plateau: its save of least
     $|\nabla L|$ and its extent, of the `plateau` stages, else of
     `gf.theory.plateaus`."""
     ts, g = np.asarray(traj.ts), np.asarray(traj.grad_norm)
