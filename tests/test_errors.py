@@ -127,6 +127,19 @@ def make_files(folder) -> types.SimpleNamespace:
     f.deep_linear = gf.problems.DeepLinear(EYE2, EYE2, (2,))
     f.deep_linear_xx = gf.problems.DeepLinear(np.diag([1.0, 2.0]), EYE2, (2,))
     f.committee_anisotropic = gf.problems.Committee(np.diag([1.0, 2.0]), students=2)
+    f.in_context = gf.problems.InContextRegression([1.0, 0.5], context=4, heads=2,
+                                                   key_dim=1)  # fmt: skip
+    merged = gf.problems.InContextRegression([1.0, 0.5], context=4, heads=2)
+    zero = merged.init(jax.random.key(0), 0.0)
+    f.in_context_traj = gf.Trajectory(
+        ts=np.zeros(1),
+        loss=np.zeros(1),
+        grad_norm=np.zeros(1),
+        params=jax.tree.map(lambda x: np.asarray(x)[None], zero),
+        problem=merged,
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
+    )  # fmt: skip (one save, no solve)
     f.truncated = folder / "truncated.npz"
     f.truncated.write_bytes(raw[: len(raw) // 2])
     f.foreign = folder / "foreign.npz"
@@ -1145,6 +1158,95 @@ CASES = [
         ValueError,
         r"activation must be one of \('erf',\) \(the activations with a closed-form "
         r"loss\), got 'relu'",
+    ),
+    Case(
+        "InContextRegression-covariance-asymmetric",
+        lambda f: gf.problems.InContextRegression(
+            np.array([[1.0, 0.5], [0.4, 1.0]]), context=4, heads=2
+        ),
+        ValueError,
+        r"covariance must be symmetric, but covariance\[0, 1\] = 0\.5 and "
+        r"covariance\[1, 0\] = 0\.4",
+    ),
+    Case(
+        "InContextRegression-covariance-not-positive-definite",
+        lambda f: gf.problems.InContextRegression(
+            np.array([[1.0, 2.0], [2.0, 1.0]]), context=4, heads=2
+        ),
+        ValueError,
+        r"covariance must be positive definite, got smallest eigenvalue -1",
+    ),
+    Case(
+        "InContextRegression-covariance-shape",
+        lambda f: gf.problems.InContextRegression(np.ones((2, 3)), context=4, heads=2),
+        ValueError,
+        r"covariance must be a square matrix, got shape \(2, 3\)",
+    ),
+    Case(
+        "InContextRegression-eigenvalue",
+        lambda f: gf.problems.InContextRegression([1.0, 0.0], context=4, heads=2),
+        ValueError,
+        r"covariance must have positive eigenvalues, got covariance\[1\] = 0",
+    ),
+    Case(
+        "InContextRegression-context",
+        lambda f: gf.problems.InContextRegression([1.0, 0.5], context=0, heads=2),
+        ValueError,
+        r"context must be >= 1, got context = 0",
+    ),
+    Case(
+        "InContextRegression-heads",
+        lambda f: gf.problems.InContextRegression([1.0, 0.5], context=4, heads=0),
+        ValueError,
+        r"heads must be >= 1, got heads = 0",
+    ),
+    Case(
+        "InContextRegression-key_dim",
+        lambda f: gf.problems.InContextRegression(
+            [1.0, 0.5], context=4, heads=2, key_dim=0
+        ),
+        ValueError,
+        r"key_dim must be >= 1, got key_dim = 0",
+    ),
+    Case(
+        "InContextRegression-noise",
+        lambda f: gf.problems.InContextRegression(
+            [1.0, 0.5], context=4, heads=2, noise=-0.1
+        ),
+        ValueError,
+        r"noise must be finite and >= 0, got noise = -0\.1",
+    ),
+    Case(
+        "in_context_level-learnt",
+        lambda f: gf.theory.in_context_level(f.in_context, (0, 2)),
+        ValueError,
+        r"learnt must be distinct eigen-direction indices in \[0, 2\) \(0 the "
+        r"largest eigenvalue\), got learnt = \(0, 2\)",
+    ),
+    Case(
+        "in_context_learning_time-c0",
+        lambda f: gf.theory.in_context_learning_time(f.in_context, 10.0),
+        ValueError,
+        r"c0 must lie below \(fraction / A_j\)\^\(1/3\)",
+    ),
+    Case(
+        "in_context_learnt_times-trajectory",
+        lambda f: gf.theory.in_context_learnt_times(f.traj),
+        TypeError,
+        r"traj must be a trajectory of a gradflow\.problems\.InContextRegression, "
+        r"got one of MarkovAttention",
+    ),
+    Case(
+        "in_context_learnt_times-fraction",
+        lambda f: gf.theory.in_context_learnt_times(f.in_context_traj, 1.5),
+        ValueError,
+        r"fraction must lie in \(0, 1\), got fraction = 1\.5",
+    ),
+    Case(
+        "in_context_cubic_rate-direction",
+        lambda f: gf.theory.in_context_cubic_rate(f.in_context_traj, 2),
+        ValueError,
+        r"direction must lie in \[0, 2\), got direction = 2",
     ),
     Case(
         "balanced_start-u0",

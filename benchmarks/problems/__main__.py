@@ -7,7 +7,9 @@ import subprocess
 import time
 
 from . import __doc__ as DOC
-from .common import FIGURES, JSON, PAGE, PARTS, ROOT
+from .common import FIGURES, JSON, OWN_META, PAGE, PARTS, ROOT
+from .in_context import in_context
+from .in_context_speed import in_context_speed
 from .literature import literature
 from .page import markdown, write_page
 from .performance import performance
@@ -31,6 +33,8 @@ def main(argv=None) -> None:
             "sgd": sgd,
             "sweeps": sweeps,
             "performance": performance,
+            "in_context": in_context,
+            "in_context_speed": in_context_speed,
         }[part](out)
         print(f"{part}: {time.perf_counter() - start:.0f} s", flush=True)
     commit = subprocess.run(
@@ -39,12 +43,17 @@ def main(argv=None) -> None:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    out["meta"] = dict(
+    meta = dict(
         commit=commit,
         date=time.strftime("%Y-%m-%d"),
         load=", ".join(f"{x:.1f}" for x in os.getloadavg()),
         parts=args.parts,
     )
+    for part in args.parts:
+        if part in OWN_META:
+            out[part]["meta"] = meta
+    if set(args.parts) - set(OWN_META):
+        out["meta"] = meta
     JSON.write_text(json.dumps(out, indent=1))
     text = markdown(out)
     print(text)

@@ -17,7 +17,16 @@ FIGURES = ROOT / "docs" / "figures"
 JSON = FIGURES / "problems.json"
 PAGE = ROOT / "docs" / "problems.md"
 BEGIN, END = "<!-- problems-bench -->", "<!-- /problems-bench -->"
-PARTS = ("literature", "sgd", "sweeps", "performance")
+PARTS = (
+    "literature",
+    "sgd",
+    "sweeps",
+    "performance",
+    "in_context",
+    "in_context_speed",
+)
+# the parts that keep their own date, commit and load (run apart from the others)
+OWN_META = ("in_context", "in_context_speed")
 
 S = np.array([3.0, 1.0, 0.3])
 DEEP = gf.problems.DeepLinear.random(S, n_in=5, n_out=4, hidden=(4,), seed=1)

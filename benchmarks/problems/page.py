@@ -131,7 +131,75 @@ def markdown(out: dict) -> str:
             f"{r['speedup']:.2f}x | {steps} | {r['grads']:,} | "
             f"{r['crossing_error']:.1e} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + in_context_markdown(out))
+
+
+def _meta(part: dict) -> str:
+    m = part.get("meta", {})
+    return (
+        f"commit `{m.get('commit', '?')}`, {m.get('date', '?')}, load average "
+        f"{m.get('load', '?')}"
+    )
+
+
+def in_context_markdown(out: dict) -> list[str]:
+    """The in-context tables, each part with its own commit, date and load."""
+    lines: list[str] = []
+    part = out.get("in_context")
+    if part:
+        lines += [
+            "",
+            "**In-context regression with linear attention** (Zhang, Singh, Latham, "
+            "Saxe 2025, on the default data of their code `yedizhang/linattn-icl`: "
+            "$D = 4$, eigenvalues 0.4, 0.3, 0.2, 0.1 in a random basis, $N = 19$, no "
+            "noise; separate key and query: 5 heads of rank one, init $10^{-2}$; "
+            "merged: 8 heads, init $10^{-6}$, as in their README; measured with "
+            "`python -m benchmarks.problems --parts in_context`, "
+            f"{_meta(part)}):",
+            "",
+            *_table(part["rows"]),
+            "",
+            "SGD on the flow's time axis (online SGD, fresh sequences; the times the "
+            "population loss crosses the levels half way between the plateaus, "
+            "against the flow's from the same start, init 0.05; "
+            "`problems_in_context_sgd.png`):",
+            "",
+            "| problem | lr | batch | steps | crossing times (flow) | crossing errors "
+            "| final parameter distance | wall s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in part["sgd"]:
+            lines.append(
+                f"| {r['problem']} | {r['lr']:g} | {r['batch']} | {r['steps']:,} | "
+                + ", ".join(f"{t:.4g}" for t in r["t_flow"])
+                + " | "
+                + ", ".join(f"{100 * e:.2g} %" for e in r["errors"])
+                + f" | {r['final_param_distance']:.2g} | {r['wall']:.1f} |"
+            )
+    speed = out.get("in_context_speed")
+    if speed:
+        before = ", ".join(f"{x:.1f}" for x in speed["load_before"])
+        after = ", ".join(f"{x:.1f}" for x in speed["load_after"])
+        lines += [
+            "",
+            f"**Speed on a {speed['drops']}-direction staircase** ({speed['case']}, "
+            f"t1 = {speed['t1']:g}; side by side in one run, interleaved repeats, the "
+            "best of three, compilation excluded; crossing error against Tsit5 at rtol "
+            "1e-12; measured with `python -m benchmarks.problems --parts "
+            f"in_context_speed`, {_meta(speed)}). **Taken under load** (load average "
+            f"{before} before, {after} after, on {speed['cpus']} cores): the walls "
+            "and ratios are indicative only, to be retaken on a quiet machine.",
+            "",
+            "| solver | wall s | speed-up | steps | gradients | crossing error |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in speed["rows"]:
+            steps = "" if r["steps"] is None else f"{r['steps']:,}"
+            lines.append(
+                f"| {r['solver']} | {r['wall']:.3f} | {r['speedup']:.2f}x | {steps} | "
+                f"{r['grads']:,} | {r['crossing_error']:.1e} |"
+            )
+    return lines
 
 
 def write_page(text: str) -> None:

@@ -65,7 +65,7 @@ def sgd(out: dict) -> None:
             results.append(
                 dict(
                     problem=name,
-                    sgd=gf.SGD(lr=lr),
+                    lr=lr,
                     batch=batch,
                     steps=int(run.steps[-1]),
                     t_flow=t_flow,
@@ -89,7 +89,9 @@ def sgd(out: dict) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("t = lr x step (SGD), gradient-flow time (flow)")
         ax.set_ylabel("population loss")
-        ax.set_title(f"{problem.describe()}: online SGD, batch {batch}", fontsize=10)
+        ax.set_title(
+            f"{gf.problems.describe(problem)}: online SGD, batch {batch}", fontsize=10
+        )
         ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     plot.save_figure(fig, FIGURES / "problems_sgd")

@@ -23,7 +23,9 @@ stage boundary). The deep linear network:
 [`mode_strength_figure`][gradflow.plot.mode_strength_figure],
 [`learning_time_figure`][gradflow.plot.learning_time_figure]. The committee
 machine: [`order_parameter_figure`][gradflow.plot.order_parameter_figure],
-[`committee_phase_diagram`][gradflow.plot.committee_phase_diagram].
+[`committee_phase_diagram`][gradflow.plot.committee_phase_diagram]. In-context
+regression: [`staircase_figure`][gradflow.plot.staircase_figure] (the loss on
+the predicted levels, the eigen-components against the minimiser's).
 """
 
 # The generic figures first: the problems' figures below build on them and
@@ -46,6 +48,9 @@ from ..problems._deep_linear.plot import (  # noqa: E402
     half_times as half_times,
     learning_time_figure as learning_time_figure,
     mode_strength_figure as mode_strength_figure,
+)
+from ..problems._in_context.plot import (  # noqa: E402
+    staircase_figure as staircase_figure,
 )
 from ._base import (
     STAGE_COLORS as STAGE_COLORS,
@@ -100,6 +105,7 @@ __all__ = [
     "save_figure",
     "shade_stages",
     "stage_label",
+    "staircase_figure",
     "summary_figure",
     "sweep_summary",
     "token_label",

@@ -55,6 +55,10 @@ from ..problems._deep_linear.theory import (  # noqa: E402
     saxe_learning_time as saxe_learning_time,
     saxe_mode_strength as saxe_mode_strength,
 )
+from ..problems._in_context.report import (  # noqa: E402
+    in_context_cubic_rate as in_context_cubic_rate,
+    in_context_learnt_times as in_context_learnt_times,
+)
 from ..problems._in_context.theory import (  # noqa: E402
     in_context_aligned_start as in_context_aligned_start,
     in_context_learning_time as in_context_learning_time,
@@ -118,7 +122,9 @@ __all__ = [
     "format_report",
     "gauge_rank",
     "in_context_aligned_start",
+    "in_context_cubic_rate",
     "in_context_learning_time",
+    "in_context_learnt_times",
     "in_context_level",
     "in_context_minimiser",
     "in_context_saddle",

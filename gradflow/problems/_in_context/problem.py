@@ -40,6 +40,7 @@ from ..._core.validate import (
     check_number,
 )
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
+from ..._problem.functions import loss_levels
 from ..._stages import matrix_spectra
 
 
@@ -90,27 +91,6 @@ def attention_readout(
     else:
         scores = jnp.einsum("bnd,hde,be->bhn", x, params.W, query)
     return jnp.einsum("h,bhn,bn->b", params.v, scores, y) / context
-
-
-def population_loss(
-    gamma: Float[Array, "D D"],
-    covariance: Float[Array, "D D"],
-    noise: Scalar,
-    context: int,
-) -> Scalar:
-    r"""The exact population loss $L(\Gamma) = \frac12 E(\hat y - y_q)^2$ at
-    context length $N$ = `context` (module docstring; derivation in
-    `docs/problems.md`, section "In-context regression")."""
-    d = covariance.shape[0]
-    eye = jnp.eye(d, dtype=covariance.dtype)
-    tau = jnp.trace(covariance) + noise**2
-    A = (1 + 1 / context) * covariance + (tau / context) * eye
-    star = jnp.linalg.solve(A, eye)
-    floor = 0.5 * noise**2 + jnp.sum((covariance @ (covariance + tau * eye)) * star) / (
-        2 * context
-    )
-    R = gamma - star
-    return floor + 0.5 * jnp.sum(R * (A @ covariance @ R @ covariance))
 
 
 def check_eigen_covariance(value) -> np.ndarray:
@@ -170,6 +150,11 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
       key and query); `None` (the default): merged key-query.
     - `noise`: $\sigma \ge 0$, the labels' noise standard deviation.
 
+    The problem holds, besides `covariance` and `noise`, what the loss and the
+    sampler need, computed once in float64: `basis` (the eigenvectors $U$ of
+    $\Sigma$, largest eigenvalue first), `minimiser` ($\Gamma^*$), `metric`
+    ($A\Sigma$), `minimum` ($L^*$) and `cholesky` (of $\Sigma$).
+
     Parameters are an `eqx.Module`: `SeparateHeads` (`v` of shape `(H,)`,
     `K`, `Q` of shape `(H, r, D)`) or `MergedHeads` (`v`, `W` of shape
     `(H, D, D)`); the random start draws every entry
@@ -192,6 +177,13 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
 
     covariance: Float[Array, "D D"]
     noise: Float[Array, ""]
+    # derived from the two above once, in float64 (the loss and the sampler
+    # then hold no linear solve nor decomposition: faster to compile and run)
+    basis: Float[Array, "D D"]
+    minimiser: Float[Array, "D D"]
+    metric: Float[Array, "D D"]
+    minimum: Float[Array, ""]
+    cholesky: Float[Array, "D D"]
     context: int = eqx.field(static=True)
     heads: int = eqx.field(static=True)
     key_dim: int | None = eqx.field(static=True)
@@ -201,8 +193,21 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
         self.context = check_integer("context", context, 1)
         self.heads = check_integer("heads", heads, 1)
         self.key_dim = None if key_dim is None else check_integer("key_dim", key_dim, 1)
-        self.noise = jnp.asarray(check_noise(noise), dtype=jnp.float64)
+        sd = check_noise(noise)
+        self.noise = jnp.asarray(sd, dtype=jnp.float64)
         self.covariance = jnp.asarray(sigma)
+        N, eye = self.context, np.eye(sigma.shape[0])
+        tau = float(np.trace(sigma)) + sd**2
+        A = (1 + 1 / N) * sigma + (tau / N) * eye
+        star = np.linalg.solve(A, eye)
+        star = 0.5 * (star + star.T)
+        self.basis = jnp.asarray(np.linalg.eigh(sigma)[1][:, ::-1])
+        self.minimiser = jnp.asarray(star)
+        self.metric = jnp.asarray(A @ sigma)
+        self.minimum = jnp.asarray(
+            0.5 * sd**2 + np.sum((sigma @ (sigma + tau * eye)) * star) / (2 * N)
+        )
+        self.cholesky = jnp.asarray(np.linalg.cholesky(sigma))
 
     # -- sizes and closed forms ------------------------------------------------
 
@@ -240,9 +245,9 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
     # -- the protocol ----------------------------------------------------------
 
     def loss(self, params: Heads) -> Scalar:
-        return population_loss(
-            attention_matrix(params), self.covariance, self.noise, self.context
-        )
+        # population_loss with Gamma*, A Sigma and L* computed once
+        R = attention_matrix(params) - self.minimiser
+        return self.minimum + 0.5 * jnp.sum(R * (self.metric @ R @ self.covariance))
 
     def init(self, key: PRNGKeyArray, init_scale: float) -> Heads:
         H, D, dtype = self.heads, self.dimension, self.covariance.dtype
@@ -268,7 +273,7 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
         D, N, dtype = self.dimension, self.context, self.covariance.dtype
         w = jax.random.normal(kw, (n, D), dtype)
         z = jax.random.normal(kx, (n, N + 1, D), dtype)
-        x = z @ jnp.linalg.cholesky(self.covariance).T
+        x = z @ self.cholesky.T
         eps = jax.random.normal(ke, (n, N + 1), dtype)
         y = jnp.einsum("bnd,bd->bn", x, w) + self.noise * eps
         labels = y.at[:, -1].set(0.0)
@@ -287,7 +292,7 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
         of $\\Gamma$), besides the default observations."""
         out = matrix_spectra(params)
         gamma = attention_matrix(params)
-        U = jnp.linalg.eigh(self.covariance)[1][:, ::-1]
+        U = self.basis
         out["modes"] = jnp.einsum("di,de,ei->i", U, gamma, U)
         out["svGamma"] = jnp.linalg.svd(gamma, compute_uv=False)
         return out
@@ -310,6 +315,24 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
         )
 
 
+@loss_levels.register
+def _(problem: InContextRegression) -> dict[str, tuple[str, float]]:
+    r"""The levels the flow can rest on, highest first: $L(0) = \tau/2$ and
+    the staircase $L_{1..k}$ up to the heads' floor (separate key and query);
+    $L(0)$ and the minimum $L_{1..D}$ (merged key-query: no level between)."""
+    D = problem.dimension
+    top = D if problem.merged else min(D, problem.heads * int(problem.key_dim or 1))
+    stairs = 0.5 * (problem.tau() - np.concatenate([[0.0], np.cumsum(problem.gains())]))
+    ks = [0, D] if problem.merged else range(top + 1)
+    return {
+        ("start" if k == 0 else f"L{k}"): (
+            "$L(0)$" if k == 0 else f"$L_{{1..{k}}}$",
+            float(stairs[k]),
+        )
+        for k in ks
+    }
+
+
 __all__ = [
     "Heads",
     "InContextRegression",
@@ -319,5 +342,4 @@ __all__ = [
     "attention_readout",
     "check_eigen_covariance",
     "check_noise",
-    "population_loss",
 ]

@@ -56,7 +56,7 @@ def _check_learnt(problem: InContextRegression, learnt) -> tuple[int, ...]:
     return out
 
 
-def _spectrum(problem: InContextRegression):
+def eigen_spectrum(problem: InContextRegression):
     """`(lam, A, M)` in the eigenbasis, largest eigenvalue first."""
     lam = problem.eigen()[0]
     N = problem.context
@@ -106,7 +106,7 @@ def in_context_saddle(problem: InContextRegression, learnt=()) -> Heads:
     problem = _check_problem(problem, "in_context_saddle")
     S = _check_learnt(problem, learnt)
     H, D = problem.heads, problem.dimension
-    lam, A, _ = _spectrum(problem)
+    lam, A, _ = eigen_spectrum(problem)
     U = problem.eigen()[1]
     if problem.key_dim is None:
         W, v = np.zeros((H, D, D)), np.zeros(H)
@@ -135,7 +135,7 @@ def in_context_saddle(problem: InContextRegression, learnt=()) -> Heads:
 def _separate_hessian(problem: InContextRegression, S: tuple[int, ...]) -> list:
     """The eigenvalues of $\\nabla^2L$ at the separate model's saddle `S`, by
     block (`docs/problems.md`)."""
-    lam, A, M = _spectrum(problem)
+    lam, A, M = eigen_spectrum(problem)
     c = (1 / A) ** (1 / 3)
     D, H = problem.dimension, problem.heads
     r = int(problem.key_dim or 1)  # the separate model (its callers check)
@@ -201,7 +201,7 @@ def in_context_saddle_rate(problem: InContextRegression, learnt=()) -> float:
     [`in_context_learning_time`][gradflow.theory.in_context_learning_time]);
     $\gamma_{i}^{1/3}\lambda_{j}^2$ maximised over learnt $i$ and unlearnt
     $j$ for $r > 1$; $\|\Sigma^2\|_F$ for merged key-query at the origin."""
-    return float(in_context_saddle_spectrum(problem, learnt)[0])
+    return float(in_context_saddle_spectrum(problem, learnt)[0]) + 0.0  # not -0.0
 
 
 def in_context_aligned_start(problem: InContextRegression, c0) -> SeparateHeads:
@@ -233,7 +233,7 @@ def _check_c0(c0, k: int) -> np.ndarray:
     return arr
 
 
-def _antiderivative(c, g):
+def cubic_antiderivative(c, g):
     r"""$F$ with $F'(c) = 1/(c^2(1 - c^3/g^3))$."""
     root3 = math.sqrt(3.0)
     return (
@@ -264,7 +264,7 @@ def in_context_learning_time(
         raise ValueError(f"fraction must lie in (0, 1), got fraction = {fraction!r}")
     k = min(problem.heads, problem.dimension)
     c = _check_c0(c0, k)
-    lam, A, _ = _spectrum(problem)
+    lam, A, _ = eigen_spectrum(problem)
     g = (1 / A[:k]) ** (1 / 3)
     c1 = g * fraction ** (1 / 3)
     if (c >= c1).any():
@@ -272,7 +272,7 @@ def in_context_learning_time(
             f"c0 must lie below (fraction / A_j)^(1/3) = {show(c1.tolist())}, got "
             f"c0 = {show(c0)}"
         )
-    return (_antiderivative(c1, g) - _antiderivative(c, g)) / lam[:k] ** 2
+    return (cubic_antiderivative(c1, g) - cubic_antiderivative(c, g)) / lam[:k] ** 2
 
 
 __all__ = [
