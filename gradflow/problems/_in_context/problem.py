@@ -40,6 +40,7 @@ from ..._core.validate import (
     check_number,
 )
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
+from ..._result.labelled import ArrayNames, array_names
 from ..._stages import matrix_spectra
 
 
@@ -308,6 +309,25 @@ class InContextRegression(SampledProblem, ObservedProblem, BoundedProblem):
             f"InContextRegression(D={self.dimension}, N={self.context}, "
             f"H={self.heads}, {heads}{noise})"
         )
+
+
+@array_names.register
+def _(problem: InContextRegression) -> ArrayNames:
+    """Each head's value `v(head)` and key and query `K, Q(head, key_row,
+    input)` (merged: `W(head, input, input_2)`), the eigen-components
+    `modes(mode)` (largest eigenvalue of the inputs' covariance first)."""
+    D = problem.dimension
+    return ArrayNames(
+        params={
+            ".v": ("v", ("head",)),
+            ".K": ("K", ("head", "key_row", "input")),
+            ".Q": ("Q", ("head", "key_row", "input")),
+            ".W": ("W", ("head", "input", "input_2")),
+        },
+        extras={"modes": ("mode",), "svGamma": ("sv_Gamma", ("sv",))},
+        problem={"covariance": ("covariance", ("input", "input_2"))},
+        coords={"mode": np.arange(1, D + 1), "sv": np.arange(1, D + 1)},
+    )
 
 
 __all__ = [
