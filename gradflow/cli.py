@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-_COMMANDS: tuple[str, ...] = ("run", "sgd", "sweep", "theory")
+_COMMANDS: tuple[str, ...] = ("run", "sgd", "sweep", "theory", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

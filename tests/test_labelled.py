@@ -21,47 +21,7 @@ xr = pytest.importorskip("xarray", reason="the [analysis] extra is not installed
 pytest.importorskip("h5netcdf", reason="the [analysis] extra is not installed")
 sys.path.insert(0, str(Path(__file__).parent))
 import analysis_data as data  # noqa: E402
-
-
-def assert_same_result(a, b):
-    """Two trajectories or SGD runs hold the same arrays and records."""
-    assert type(a) is type(b)
-    for name in a.own_arrays:
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
-    la, lb = jax.tree.leaves(a.params), jax.tree.leaves(b.params)
-    assert jax.tree.structure(a.params) == jax.tree.structure(b.params)
-    for x, y in zip(la, lb, strict=True):
-        np.testing.assert_array_equal(x, y)
-    assert sorted(a.extras) == sorted(b.extras)
-    for k in a.extras:
-        np.testing.assert_array_equal(a.extras[k], b.extras[k])
-    assert (a.stages, a.events) == (b.stages, b.events)
-    assert (a.settings, a.stats, a.result, a.detail) == (
-        b.settings,
-        b.stats,
-        b.result,
-        b.detail,
-    )
-    assert type(a.problem) is type(b.problem)
-    if a.problem is not None:
-        for x, y in zip(
-            jax.tree.leaves(a.problem), jax.tree.leaves(b.problem), strict=True
-        ):
-            np.testing.assert_array_equal(x, y)
-
-
-def assert_same_sweep(a, b):
-    assert (a.members, a.labels, a.settings, a.stats) == (
-        b.members,
-        b.labels,
-        b.settings,
-        b.stats,
-    )
-    np.testing.assert_array_equal(a.ts, b.ts)
-    np.testing.assert_array_equal(a.loss, b.loss)
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert_same_result(x, y)
+from analysis_data import assert_same_result, assert_same_sweep  # noqa: E402
 
 
 @pytest.fixture(scope="module")

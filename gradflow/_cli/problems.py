@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .._problem.functions import loss_floor
 from .common import fail, flow_options
+from .report import write_outputs
 
 
 BUILT_IN = ("deep-linear", "committee")
@@ -331,6 +332,7 @@ def run_problem(args) -> int:
         import gradflow.plot as plot
 
         written += [p.name for p in plot.plot_all(traj, out, pdf=args.pdf)]
+    written += [p.name for p in write_outputs(traj, args, out, "trajectory")]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

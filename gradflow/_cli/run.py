@@ -18,6 +18,7 @@ from .common import (
 )
 from .preload import preload_figures
 from .problems import add_problem_arguments, run_problem
+from .report import add_output_arguments, check_outputs, write_outputs
 from .sgd import (
     add_model_arguments,
     add_text_arguments,
@@ -58,7 +59,9 @@ def register(subparsers) -> None:
             "between the loss drops), print a stage table, and write into --out: "
             "trajectory.npz, stages.csv, events.csv, command.json (the command "
             "line that made them) and the figures (summary, embedding PCA, "
-            "attention at the stage boundaries; PNG, and PDF with --pdf). "
+            "attention at the stage boundaries; PNG, and PDF with --pdf); with "
+            "--animate an animation of the run and with --netcdf trajectory.nc "
+            "(gradflow report RUN_DIR then writes its explorer). "
             "The defaults run the paper-like scenario sticky(6, 0.5, 0.5, 0.05), "
             "width 8, init scale 1e-3, through two full cycles (t1 = 5000); "
             "--t1 20000 follows the loss down to the conditional entropy. "
@@ -157,6 +160,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
     g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
+    add_output_arguments(g, animate=True)
     g.add_argument(
         "--no-progress",
         action="store_true",
@@ -199,6 +203,10 @@ def write_csv(path: Path, rows, fields) -> None:
 
 
 def run(args) -> int:
+    try:
+        check_outputs(args, args.out)
+    except (ValueError, ModuleNotFoundError) as e:
+        return fail("run", e, args.flags)
     if args.problem is not None:  # any other problem: gradflow/_cli/problems.py
         return run_problem(args)
     # The figure code is imported on a thread while the solve runs; the
@@ -277,6 +285,7 @@ def _run_chain(args) -> int:
         written += [
             p.name for p in plot.plot_all(traj, out, title=description, pdf=args.pdf)
         ]
+    written += [p.name for p in write_outputs(traj, args, out, "trajectory")]
     print(f"wrote {', '.join(written)} to {out}/")
     if not traj.ok:
         print(

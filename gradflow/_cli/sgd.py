@@ -26,6 +26,7 @@ from .common import (
     fail,
     flag_names,
 )
+from .report import add_output_arguments, check_outputs, write_outputs
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -237,6 +238,7 @@ def register(subparsers) -> None:
         help="output folder for sgd_run.npz, command.json and, with --flow, "
         "trajectory.npz and compare.png/.pdf (default: none, nothing written)",
     )
+    add_output_arguments(o, animate=False)
     o.add_argument(
         "--flow",
         action="store_true",
@@ -317,6 +319,10 @@ def main(args: argparse.Namespace) -> int:
     import gradflow as gf
 
     try:
+        check_outputs(args, args.out)
+    except (ValueError, ModuleNotFoundError) as e:
+        return fail("sgd", e, args.flags)
+    try:
         stream = stream_from_text_args(args)
         if stream is not None:
             source, chain = stream, stream.chain
@@ -395,7 +401,8 @@ def main(args: argparse.Namespace) -> int:
     }
     saved = _save_run(run, args.out)
     if saved is not None:
-        summary["saved"] = str(saved)
+        extra = write_outputs(run, args, saved.parent, "sgd_run")
+        summary["saved"] = ", ".join(str(p) for p in (saved, *extra))
     if args.flow:
         try:
             # the flow from the run's own start (in float64: with --dtype

@@ -19,6 +19,7 @@ from .common import (
     flag_names,
     flow_options,
 )
+from .report import add_output_arguments, check_outputs, write_outputs
 from .sgd import add_model_arguments, model_from_args
 
 
@@ -170,6 +171,7 @@ def register(subparsers) -> None:
     add_chunk_steps_argument(p, "1000, fewer for large models")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    add_output_arguments(p, animate=False)
     add_model_arguments(p)
     p.add_argument(
         "--out",
@@ -249,7 +251,8 @@ def run(args) -> int:
     try:
         ds, grid, scales, widths, seeds = _grids(args)
         model = model_from_args(args)
-    except ValueError as e:
+        check_outputs(args, args.out)
+    except (ValueError, ModuleNotFoundError) as e:
         return fail("sweep", e, args.flags)
     import gradflow as gf
 
@@ -287,7 +290,7 @@ def run(args) -> int:
         except (TypeError, ValueError, FileNotFoundError) as e:
             return fail("sweep", e, args.flags)
         wall = time.perf_counter() - start
-        files = [sw.save(out / "sweep.npz")]
+        files = [sw.save(out / "sweep.npz"), *write_outputs(sw, args, out, "sweep")]
         (out / "command.json").write_text(json.dumps({"argv": sys.argv[1:]}, indent=1))
         table = sw.table()
         table.to_csv(out / "stages.csv", index=False)
