@@ -103,13 +103,15 @@ def _problem_arrays(arrays: dict, n: int) -> dict[str, np.ndarray]:
             parts[int(head[7:])][name] = value
     out = {}
     for key in dict.fromkeys(k for p in parts for k in p):
-        values = [p.get(key) for p in parts]
-        if any(v is None or np.shape(v) != np.shape(values[0]) for v in values):
+        if (
+            not all(key in p for p in parts)
+            or len({np.shape(p[key]) for p in parts}) != 1
+        ):
             raise ValueError(
                 f"the sweep's problems have different arrays {key!r}: convert "
                 "each member alone (sw[i].to_xarray())"
             )
-        out[key] = np.stack(values)
+        out[key] = np.stack([p[key] for p in parts])
     return out
 
 

@@ -65,6 +65,12 @@ def check_output(path, suffixes: tuple[str, ...], name: str = "path") -> Path:
         raise ValueError(f"{name} must end in {' or '.join(suffixes)}, got '{path}'")
     if path.is_dir():
         raise ValueError(f"{name}: '{path}' is a directory, not a file")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(
+            f"{name}: '{path}' cannot be written ('{above}' is a file, not a "
+            "folder); give a path in a folder you can write to"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path.parent):

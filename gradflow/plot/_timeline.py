@@ -137,7 +137,8 @@ def stage_caption(stages, t: float) -> str:
     2)"`, or `"between stages"`."""
     names = [f"{s.name.replace('_', ' ')} (cycle {s.cycle})"
              for s in active_stages(stages, t)]  # fmt: skip
-    return " + ".join(names) if names else "between stages"
+    # (two directions opening in one cycle are named once)
+    return " + ".join(dict.fromkeys(names)) if names else "between stages"
 
 
 __all__ = [

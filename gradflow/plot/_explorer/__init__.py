@@ -11,6 +11,7 @@ library's: plotly.js alone is about 3.5 MB and bokeh's scripts about 1 MB
 
 import json
 import os
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -32,49 +33,45 @@ def _asset(name: str) -> str:
     return (resources.files(__name__) / name).read_text(encoding="utf-8")
 
 
-def _read_run_dir(folder: Path):
-    """The result of a run folder and its command line (`command.json`), or
-    a one-line error naming the folder."""
+def _result_file(folder: Path) -> Path:
+    """The result file of a run folder, or a one-line error naming it."""
     for name in RUN_FILES:
         if (folder / name).exists():
-            result = load(folder / name)
-            break
-    else:
-        raise FileNotFoundError(
-            f"source: '{folder}' holds no gradflow result ({', '.join(RUN_FILES)}); "
-            "give the folder that gradflow run, sweep or sgd wrote (their --out), "
-            "or a result file"
-        )
-    command = None
-    if (folder / "command.json").exists():
-        argv = json.loads((folder / "command.json").read_text()).get("argv")
-        if isinstance(argv, list):
-            command = " ".join(["gradflow", *map(_quote, argv)])
-    return result, command
+            return folder / name
+    raise FileNotFoundError(
+        f"source: '{folder}' holds no gradflow result ({', '.join(RUN_FILES)}); "
+        "give the folder that gradflow run, sweep or sgd wrote (their --out), "
+        "or a result file"
+    )
 
 
-def _quote(arg) -> str:
-    import shlex
+def _command(folder: Path) -> str | None:
+    """The command line that wrote a run folder (its `command.json`, beside
+    the result file)."""
+    if not (folder / "command.json").exists():
+        return None
+    argv = json.loads((folder / "command.json").read_text()).get("argv")
+    if not isinstance(argv, list):
+        return None
+    return " ".join(["gradflow", *(shlex.quote(str(a)) for a in argv)])
 
-    return shlex.quote(str(arg))
 
-
-def _source(source):
-    """`(result, command, default output path)` of what `report` was given."""
+def _where(source) -> tuple[Path | None, Path | None]:
+    """`(result file, default output)` of what `report` was given (`None`
+    for a result object), checked to exist, before anything is read."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
-            result, command = _read_run_dir(path)
-            return result, command, path / OUTPUT
+            return _result_file(path), path / OUTPUT
         if not path.exists():
             raise FileNotFoundError(f"source: no such file or folder: '{path}'")
-        return load(path), None, path.with_suffix(".html")
+        return path, path.with_suffix(".html")
     if not isinstance(source, (AbstractResult, Sweep)):
         raise TypeError(
             "source must be a run folder, a result file or a gradflow result "
             f"(Trajectory, SGDRun, Sweep), got {type(source).__name__}"
         )
-    return source, None, None
+    return None, None
 
 
 def report(
@@ -129,10 +126,14 @@ def report(
     plot.report(traj, "explorer.html")
     ```
     """
-    result, command, default = _source(source)
+    # (everything is checked before the source is read: reading a result
+    # file builds its problem, which runs JAX)
+    file, default = _where(source)
     if path is None and default is None:
         raise ValueError("path is required when source is a result object")
     out = check_output(default if path is None else path, (".html",))
+    result = source if file is None else load(file)
+    command = None if file is None else _command(file.parent)
     sweep = isinstance(result, Sweep)
     if not sweep:
         check_result(result, "report", "source")
