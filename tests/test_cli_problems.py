@@ -160,6 +160,22 @@ def test_an_existing_checkpoint_resumes_into_its_own_folder(tmp_path, capsys):
     assert code == 2 and "is not empty" not in err and "ck.npz" in err
 
 
+def test_overwrite_keeps_the_folder_when_the_command_is_refused(tmp_path, capsys):
+    """With --overwrite, what the previous command wrote is deleted when the
+    new one writes, not before: a command refused after the folder was
+    looked at (here a bad --animate suffix) leaves the folder as it was."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectory.npz").write_text("the previous run")
+    listed = {"argv": ["run"], "files": ["trajectory.npz"]}
+    (out / "command.json").write_text(json.dumps(listed))
+    argv = ["run", "--out", str(out), "--overwrite", "--animate", "run.avi"]
+    assert main([*argv, *QUIET]) == 2
+    assert "--animate must end in .mp4 or .gif" in capsys.readouterr().err
+    assert (out / "trajectory.npz").read_text() == "the previous run"
+    assert json.loads((out / "command.json").read_text()) == listed
+
+
 @pytest.fixture
 def slow_factory(tmp_path, monkeypatch):
     """A user's module with factories: one that stops as Ctrl-C does, one
