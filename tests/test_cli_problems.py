@@ -62,6 +62,8 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
         "command.json",
         "events.csv",
         "stages.csv",
+        "staircase.pdf",
+        "staircase.png",
         "summary.pdf",
         "summary.png",
         "trajectory.npz",
@@ -75,7 +77,8 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
     assert main([*argv, *QUIET]) == 2
     assert "is not empty" in capsys.readouterr().err
     assert main([*argv, *QUIET, "--overwrite"]) == 0
-    assert "summary.pdf" not in _files(out) and "notes.txt" in _files(out)
+    assert "summary.pdf" not in _files(out) and "staircase.pdf" not in _files(out)
+    assert "notes.txt" in _files(out)
     capsys.readouterr()
 
     assert main(["theory", str(out / "trajectory.npz"), "--out", str(out)]) == 0
