@@ -133,6 +133,15 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
         ],
     ),
     (
+        "analysis",
+        "Analysing results",
+        "Labelled arrays and tables of a result (its `to_xarray`, `stages_frame` "
+        "and `events_frame`; netCDF files read by `load`) and the names a problem "
+        "gives its arrays there; the animation and the explorer are "
+        "`gradflow.plot.animate` and `gradflow.plot.report` (docs/analysis.md).",
+        ["array_names", "ArrayNames"],
+    ),
+    (
         "text",
         "Real text",
         "Local corpora, tokenisation and bigram chains.",

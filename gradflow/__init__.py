@@ -78,6 +78,10 @@ from ._result.info import (  # noqa: E402
     FlowSettings as FlowSettings,
     FlowStats as FlowStats,
 )
+from ._result.labelled import (  # noqa: E402
+    ArrayNames as ArrayNames,
+    array_names as array_names,
+)
 from ._result.trajectory import Trajectory as Trajectory  # noqa: E402
 from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
 from ._sgd.run import (  # noqa: E402
@@ -133,6 +137,8 @@ from .theory import (  # noqa: E402
 # list) and what `from gradflow import *` gives.
 __all__ = [
     "Analysis",
+    "array_names",
+    "ArrayNames",
     "as_problem",
     "attention",
     "BoundedProblem",

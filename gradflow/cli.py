@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-_COMMANDS: tuple[str, ...] = ("run", "sgd", "sweep", "theory")
+_COMMANDS: tuple[str, ...] = ("run", "sgd", "sweep", "theory", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        # the command line as given, for the command.json of --out
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         global _RUNNING
         _RUNNING = args
         if getattr(args, "func", None) is None:

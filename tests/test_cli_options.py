@@ -11,7 +11,7 @@ import pytest
 from gradflow.cli import build_parser
 
 
-COMMANDS = ("run", "sgd", "sweep", "theory")
+COMMANDS = ("run", "sgd", "sweep", "theory", "report")
 # `gradflow sweep` takes lists and ranges (start:stop:num) for these: the same
 # name as in `run`, a different form on purpose (one value there, a grid here).
 GRID_OPTIONS = {"--init-scale", "--width", "--d", "--top-mass", "--rho", "--delta",
@@ -68,7 +68,11 @@ def test_shared_options_take_one_form():
         assert options["--checkpoint"].nargs is None  # takes a value everywhere
         assert options["--out"].metavar == "DIR"
         assert "--no-progress" in options and "--no-figures" in options
+        assert "--netcdf" in options and "--overwrite" in options
+    assert "--animate" in _options(parsers["run"])
     assert _options(parsers["theory"])["--out"].metavar == "DIR"
+    # (report writes one file: its --out is that file)
+    assert _options(parsers["report"])["--out"].metavar == "FILE"
     assert "--saves" not in _options(parsers["run"])
 
 

@@ -62,6 +62,8 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
         "command.json",
         "events.csv",
         "stages.csv",
+        "staircase.pdf",
+        "staircase.png",
         "summary.pdf",
         "summary.png",
         "trajectory.npz",
@@ -75,7 +77,8 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
     assert main([*argv, *QUIET]) == 2
     assert "is not empty" in capsys.readouterr().err
     assert main([*argv, *QUIET, "--overwrite"]) == 0
-    assert "summary.pdf" not in _files(out) and "notes.txt" in _files(out)
+    assert "summary.pdf" not in _files(out) and "staircase.pdf" not in _files(out)
+    assert "notes.txt" in _files(out)
     capsys.readouterr()
 
     assert main(["theory", str(out / "trajectory.npz"), "--out", str(out)]) == 0
@@ -158,6 +161,22 @@ def test_an_existing_checkpoint_resumes_into_its_own_folder(tmp_path, capsys):
     code = main(["run", "--out", str(out), "--checkpoint", str(ckpt), *QUIET])
     err = capsys.readouterr().err
     assert code == 2 and "is not empty" not in err and "ck.npz" in err
+
+
+def test_overwrite_keeps_the_folder_when_the_command_is_refused(tmp_path, capsys):
+    """With --overwrite, what the previous command wrote is deleted when the
+    new one writes, not before: a command refused after the folder was
+    looked at (here a bad --animate suffix) leaves the folder as it was."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectory.npz").write_text("the previous run")
+    listed = {"argv": ["run"], "files": ["trajectory.npz"]}
+    (out / "command.json").write_text(json.dumps(listed))
+    argv = ["run", "--out", str(out), "--overwrite", "--animate", "run.avi"]
+    assert main([*argv, *QUIET]) == 2
+    assert "--animate must end in .mp4 or .gif" in capsys.readouterr().err
+    assert (out / "trajectory.npz").read_text() == "the previous run"
+    assert json.loads((out / "command.json").read_text()) == listed
 
 
 @pytest.fixture

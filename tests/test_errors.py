@@ -25,8 +25,10 @@ when the option object is made, before any entry point runs; the helpers
 below group the options a case names into those objects, inside the call.
 """
 
+import contextlib
 import json
 import re
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +39,7 @@ import numpy as np
 import pytest
 
 import gradflow as gf
+from gradflow import plot
 
 
 _COMPILE_EVENT_PREFIX = "/jax/core/compile/"
@@ -108,6 +111,32 @@ def _never(t, p, c):
     return 0.0
 
 
+@contextlib.contextmanager
+def _missing(module: str):
+    """`import module` fails inside (an encoder that is not installed)."""
+    saved = sys.modules.get(module)
+    sys.modules[module] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if saved is None:
+            del sys.modules[module]
+        else:
+            sys.modules[module] = saved
+
+
+def _foreign_netcdf(path) -> None:
+    """A netCDF file that no gradflow result wrote."""
+    import xarray
+
+    xarray.Dataset({"x": ("a", np.array([1.0, 2.0]))}).to_netcdf(path)
+
+
+def _animate_without(module: str, f):
+    with _missing(module):
+        return plot.animate(f.traj, f.folder / "run.mp4")
+
+
 def make_files(folder) -> types.SimpleNamespace:
     """Writes the files the load and text cases read into `folder`: a real saved
     trajectory and SGD run, and broken or foreign variants of them.
@@ -168,6 +197,14 @@ def make_files(folder) -> types.SimpleNamespace:
         "newer.npz", format_version=f.format_version + 1, gradflow_version="99.0.0"
     )
     f.incomplete = rewrite("incomplete.npz", settings=None)
+    f.foreign_nc = folder / "foreign.nc"
+    _foreign_netcdf(f.foreign_nc)
+    # a run with one save (NumPy slices: nothing compiled)
+    f.one_save = gf.Trajectory(
+        ts=traj.ts[:1], loss=traj.loss[:1], grad_norm=traj.grad_norm[:1],
+        params=jax.tree.map(lambda x: np.asarray(x)[:1], traj.params),
+        problem=traj.problem, settings=traj.settings, stats=traj.stats,
+    )  # fmt: skip
 
     run = gf.SGDRun(
         ts=traj.ts,
@@ -1046,6 +1083,59 @@ CASES = [
         TypeError,
         r"path must be a str or os\.PathLike, got NoneType",
     ),
+    # ---------------------------------------------------- animate, report
+    Case(
+        "report-folder-without-a-result",
+        lambda f: plot.report(f.empty_dir),
+        FileNotFoundError,
+        r"source: '.*empty_dir' holds no gradflow result \(trajectory\.npz, "
+        r"sweep\.npz, sgd_run\.npz\); give the folder that gradflow run",
+    ),
+    Case(
+        "animate-unwritable",
+        lambda f: plot.animate(f.traj, f.good / "run.gif"),
+        ValueError,
+        r"path: '.*trajectory\.npz/run\.gif' cannot be written \('.*trajectory\.npz' "
+        r"is a file, not a folder\)",
+    ),
+    Case(
+        "animate-suffix",
+        lambda f: plot.animate(f.traj, f.folder / "run.avi"),
+        ValueError,
+        r"path must end in \.mp4 or \.gif, got '.*run\.avi'",
+    ),
+    Case(
+        "animate-one-save",
+        lambda f: plot.animate(f.one_save, f.folder / "run.gif"),
+        ValueError,
+        r"result must be a run with at least 2 saves for animate, got one with 1",
+    ),
+    Case(
+        "animate-no-encoder",
+        lambda f: _animate_without("imageio_ffmpeg", f),
+        ModuleNotFoundError,
+        r"path: '.*run\.mp4': writing an MP4 needs imageio-ffmpeg: pip install "
+        r"\"gradflow\[analysis\]\" \(or write a \.gif, with Pillow\)",
+    ),
+    Case(
+        "report-unwritable",
+        lambda f: plot.report(f.traj, f.good / "report.html"),
+        ValueError,
+        r"path: '.*trajectory\.npz/report\.html' cannot be written",
+    ),
+    Case(
+        "report-one-save",
+        lambda f: plot.report(f.one_save, f.folder / "report.html"),
+        ValueError,
+        r"source must be a run with at least 2 saves for report, got one with 1",
+    ),
+    Case(
+        "load-netcdf-foreign",
+        lambda f: gf.load(f.foreign_nc),
+        ValueError,
+        r"foreign\.nc' is not a gradflow result's netCDF file: it holds no "
+        r"'gradflow_meta' \(it was not written from a gradflow result's to_xarray\(\)\)",
+    ),
     # ------------------------------------------------------- compare, theory
     Case(
         "compare-not-a-run",
@@ -1545,6 +1635,37 @@ CLI_CASES = [
         "theory-out-is-a-file",
         lambda f: ["theory", str(f.good), "--out", str(f.good)],
         r"--out: '.*trajectory\.npz' is a file, not a folder",
+    ),
+    CliCase(
+        "report-folder-without-a-result",
+        lambda f: ["report", str(f.empty_dir)],
+        r"RUN_DIR: '.*empty_dir' holds no gradflow result",
+    ),
+    CliCase(
+        "report-unwritable",
+        lambda f: ["report", str(f.folder), "--out", str(f.good / "r.html")],
+        r"--out: '.*trajectory\.npz/r\.html' cannot be written",
+    ),
+    CliCase(
+        "report-out-exists",
+        lambda f: ["report", str(f.folder), "--out", str(f.small_txt)],
+        r"--out: '.*small\.txt' exists; give --overwrite to replace it, or another "
+        r"--out",
+    ),
+    CliCase(
+        "run-animate-suffix",
+        lambda f: ["run", "--animate", "run.avi", "--out", str(f.folder / "r")],
+        r"--animate must end in \.mp4 or \.gif, got '.*run\.avi'",
+    ),
+    CliCase(
+        "run-animate-unwritable",
+        lambda f: ["run", "--animate", "--out", str(f.good / "r")],
+        r"--animate: '.*trajectory\.npz/r/animation\.mp4' cannot be written",
+    ),
+    CliCase(
+        "sgd-netcdf-without-out",
+        lambda f: ["sgd", "--netcdf"],
+        r"--netcdf needs --out, the folder to write the file in",
     ),
     CliCase(
         "theory-missing",

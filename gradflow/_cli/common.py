@@ -100,11 +100,16 @@ class UserCodeError(ValueError):
 
 def fail(args: argparse.Namespace, error: BaseException | str) -> int:
     """Prints `gradflow COMMAND: error: MESSAGE` (one line, the Python
-    argument names in it spoken as the flags of the command's parser) on
+    argument names in it spoken as the flags of the command's parser, and
+    as the command's own `library_names`, a default its parser may set) on
     stderr and returns 2, the exit status for bad input."""
     message = str(error)
     if not isinstance(error, UserCodeError):
-        names = {**flag_names(args.parser), **LIBRARY_NAMES}
+        names = {
+            **flag_names(args.parser),
+            **LIBRARY_NAMES,
+            **getattr(args, "library_names", {}),
+        }
         message = speak_flags(message, names)
     message = " ".join(message.split())
     print(f"gradflow {args.command}: error: {message}", file=sys.stderr)
@@ -112,7 +117,9 @@ def fail(args: argparse.Namespace, error: BaseException | str) -> int:
 
 
 # Python argument names in the library's messages that no option's `dest`
-# spells: the text to read is `path_or_text` in `gradflow.text`.
+# spells: the text to read is `path_or_text` in `gradflow.text`. (A command
+# whose library call names its arguments otherwise sets its own with
+# `parser.set_defaults(library_names={...})`: `gradflow report`.)
 LIBRARY_NAMES = {"path_or_text": "--text"}
 
 INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError)
@@ -246,9 +253,9 @@ def add_checkpoint_arguments(parser, command: str) -> None:
 
 def add_output_arguments(parser, command: str, out: str | None, files: str):
     """`--out DIR` (default `out`, or none: nothing written), `--overwrite`,
-    `--no-figures`, `--pdf` and `--no-progress`; `files` says what is
-    written into `--out`. Returns the group (a command adds its own output
-    options to it)."""
+    `--no-figures`, `--pdf`, `--netcdf` (`--animate [FILE]` too in `gradflow
+    run`) and `--no-progress`; `files` says what is written into `--out`.
+    Returns the group (a command adds its own output options to it)."""
     g = parser.add_argument_group("output")
     g.add_argument(
         "--out",
@@ -266,8 +273,30 @@ def add_output_arguments(parser, command: str, out: str | None, files: str):
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figures")
     g.add_argument("--pdf", action="store_true", help="also write the figures as PDF")
+    stem = {"run": "trajectory", "sweep": "sweep", "sgd": "sgd_run"}[command]
+    g.add_argument(
+        "--netcdf",
+        action="store_true",
+        help=f"also write the result as {stem}.nc beside {stem}.npz"
+        + (" (and trajectory.nc with --flow)" if command == "sgd" else "")
+        + ": its to_xarray(), which gradflow.load and xarray read (needs "
+        "gradflow[analysis]; docs/analysis.md)",
+    )
+    if command == "run":
+        g.add_argument(
+            "--animate",
+            metavar="FILE",
+            nargs="?",
+            const=ANIMATION,
+            default=None,
+            help="also write an animation of the run into --out: FILE, .mp4 (needs "
+            f"gradflow[analysis]) or .gif (default FILE: {ANIMATION})",
+        )
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     return g
+
+
+ANIMATION = "animation.mp4"
 
 
 def check_start_and_time(args: argparse.Namespace) -> None:
@@ -332,11 +361,25 @@ class Output:
     `--overwrite` is given or the command resumes from its checkpoint (it
     continues the run that wrote there). Records what it writes, in
     `command.json` with the command line, so that `--overwrite` replaces
-    exactly what gradflow wrote there before."""
+    exactly what gradflow wrote there before: those files are deleted when
+    the command writes its first file (or its `command.json`), not before,
+    so that a command refused later (a bad `--animate`, say) or interrupted
+    before its solve leaves them as they were."""
 
-    def __init__(self, folder: Path | None, *, overwrite: bool, resuming: bool):
+    def __init__(
+        self,
+        folder: Path | None,
+        *,
+        overwrite: bool,
+        resuming: bool,
+        argv: list[str] | None = None,
+    ):
         self.folder = folder
         self.written: list[Path] = []
+        # the command line to record (`gradflow.cli.main(argv)` gives its own;
+        # else the process's)
+        self.argv = list(sys.argv[1:] if argv is None else argv)
+        self._stale = False  # files of the previous command still to delete
         if folder is None:
             return
         if folder.exists() and not folder.is_dir():
@@ -348,13 +391,15 @@ class Output:
                 f"--out: '{folder}' is not empty (it holds {shown}); give "
                 "--overwrite to replace what gradflow wrote there, or another --out"
             )
-        if overwrite:
-            self._remove_previous()
+        self._stale = overwrite
 
     def _remove_previous(self) -> None:
         """Deletes the files a previous gradflow command listed in its
         `command.json` (only files inside the folder), and the folders they
-        leave empty."""
+        leave empty; once, before the first file is written."""
+        if not self._stale:
+            return
+        self._stale = False
         assert self.folder is not None
         try:
             listed = json.loads((self.folder / COMMAND_FILE).read_text())["files"]
@@ -377,7 +422,9 @@ class Output:
         return self.folder
 
     def path(self, name: str | Path) -> Path:
-        """`folder / name`, its folder made, recorded as written."""
+        """`folder / name`, its folder made, recorded as written (the first
+        call deletes what the previous command wrote, with `--overwrite`)."""
+        self._remove_previous()
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         self.record(path)
@@ -388,25 +435,86 @@ class Output:
 
     def finish(self) -> None:
         """Writes `command.json`: the command line and the files written
-        (none without a folder)."""
+        inside the folder (none without a folder; an `--animate` FILE given
+        as a path elsewhere is not listed, so `--overwrite` never deletes
+        it)."""
         if self.folder is None:
             return
         from .._core.files import atomic_write
 
+        self._remove_previous()
+        root = self.folder.resolve()
         names = sorted(
             {
-                str(p.relative_to(self.folder))
+                str(p.resolve().relative_to(root))
                 for p in self.written
-                if p.name != COMMAND_FILE
+                if p.name != COMMAND_FILE and root in p.resolve().parents
             }
         )
-        text = json.dumps({"argv": sys.argv[1:], "files": names}, indent=1)
+        text = json.dumps({"argv": self.argv, "files": names}, indent=1)
         path = self.folder / COMMAND_FILE
         atomic_write(path, lambda f: f.write(text.encode()))
         self.record(path)
 
     def names(self) -> str:
         return ", ".join(p.name for p in self.written)
+
+
+# -- what --netcdf and --animate write beside the .npz file -------------------------
+
+
+def check_analysis_outputs(args: argparse.Namespace, out: Output) -> None:
+    """What `--netcdf` and `--animate` will need, checked before anything is
+    solved (one-line errors naming the flag): a folder to write in, xarray
+    and a netCDF engine, the animation's suffix, a place it can be written
+    and its encoder. A missing library is a `ValueError` here: bad input to
+    the command, exit status 2. (Nothing is imported without the flags.)"""
+    try:
+        if getattr(args, "netcdf", False):
+            if out.folder is None:
+                raise ValueError(
+                    "--netcdf needs --out, the folder to write the file in"
+                )
+            from .._result.labelled import check_netcdf
+
+            try:
+                check_netcdf()
+            except ModuleNotFoundError as e:
+                raise ModuleNotFoundError(f"--netcdf: {e}") from None
+        if getattr(args, "animate", None) is not None:
+            from ..plot._animate import FORMATS, check_output, encoder
+
+            path = out.root / args.animate
+            encoder(check_output(path, FORMATS, "--animate"), "--animate")
+    except ModuleNotFoundError as e:
+        raise ValueError(str(e)) from None
+
+
+def write_analysis_outputs(
+    result, args: argparse.Namespace, out: Output, stem: str | Path
+) -> list[Path]:
+    """Writes what `--netcdf` (`out/stem.nc`, the result's `to_xarray()`)
+    and, for a run, `--animate` ask for, recorded in `out`; returns the
+    paths. A run of fewer than 2 saves has no animation (said on stderr)."""
+    from .._result.labelled import write_netcdf
+
+    written = []
+    if getattr(args, "netcdf", False) and out.folder is not None:
+        written.append(write_netcdf(result, out.path(f"{stem}.nc")))
+    if getattr(args, "animate", None) is not None:
+        if len(result) < 2:
+            print(
+                f"gradflow {args.command}: --animate: no animation: the run has "
+                f"{len(result)} save, at least 2 are needed",
+                file=sys.stderr,
+            )
+        else:
+            from ..plot import animate
+
+            path = animate(result, out.root / args.animate)
+            out.record(path)
+            written.append(path)
+    return written
 
 
 def write_csv(path: Path, rows, fields) -> None:
@@ -434,6 +542,7 @@ def write_csv(path: Path, rows, fields) -> None:
 
 
 __all__ = [
+    "ANIMATION",
     "COMMAND_FILE",
     "INPUT_ERRORS",
     "LIBRARY_NAMES",
@@ -445,6 +554,7 @@ __all__ = [
     "add_flow_arguments",
     "add_output_arguments",
     "add_subcommand",
+    "check_analysis_outputs",
     "check_start_and_time",
     "existing_path",
     "fail",
@@ -453,5 +563,6 @@ __all__ = [
     "flow_options",
     "run_options",
     "speak_flags",
+    "write_analysis_outputs",
     "write_csv",
 ]

@@ -16,7 +16,11 @@ from .problems import (
 )
 
 
-FILES = "trajectory.npz, stages.csv, events.csv, command.json and the figures"
+FILES = (
+    "trajectory.npz, stages.csv, events.csv, command.json and the figures; with "
+    "--netcdf trajectory.nc, with --animate the animation (gradflow report "
+    "RUN_DIR then writes the run's explorer)"
+)
 
 
 def register(subparsers) -> None:
@@ -49,7 +53,11 @@ def run(args) -> int:
     # command waits for it on every way out, so no import outlives the command
     # (CPython 3.11's parser state is not safe against a parse on another
     # thread: a test session that calls the command saw spurious SystemErrors).
-    loader = None if args.no_figures else preload_figures()
+    # With --animate or --netcdf the command imports the animation's and
+    # xarray's modules on this thread before the solve: no preload then (two
+    # threads would parse modules at once).
+    extra = args.animate is not None or args.netcdf
+    loader = None if args.no_figures or extra else preload_figures()
     try:
         return _run(args)
     finally:
@@ -67,9 +75,13 @@ def _run(args) -> int:
         ((problem, description),) = choice.build()
         saveat, solver, options = common.flow_options(args)
         out = Output(
-            args.out, overwrite=args.overwrite, resuming=common.is_file(args.checkpoint)
+            args.out,
+            overwrite=args.overwrite,
+            resuming=common.is_file(args.checkpoint),
+            argv=getattr(args, "argv", None),
         )
         args.output = out
+        common.check_analysis_outputs(args, out)
         traj = gf.flow(
             problem,
             args.init_scale,
@@ -126,6 +138,7 @@ def _run(args) -> int:
         import gradflow.plot as plot
 
         out.record(*plot.plot_all(traj, out.root, title=description, pdf=args.pdf))
+    common.write_analysis_outputs(traj, args, out, "trajectory")
     out.finish()
     print(f"wrote {out.names()} to {out.root}/")
     if not traj.ok:

@@ -26,7 +26,8 @@ from .problems import (
 
 FILES = (
     "sgd_run.npz (gradflow.load_sgd), command.json and, with --flow, "
-    "trajectory.npz and the comparison figure compare.png"
+    "trajectory.npz and the comparison figure compare.png; with --netcdf "
+    "sgd_run.nc (and trajectory.nc)"
 )
 
 
@@ -90,6 +91,12 @@ def _save_run(run, out: Output) -> str | None:
     return str(run.save(out.path("sgd_run.npz")))
 
 
+def _write_netcdf(result, args, out: Output, stem: str, summary: dict) -> None:
+    """`--netcdf`: `stem.nc` beside `stem.npz`, listed in the summary."""
+    for path in common.write_analysis_outputs(result, args, out, stem):
+        summary.setdefault("netcdf", []).append(str(path))
+
+
 def _drops_line(c: dict) -> str:
     """The crossing-time error of every drop, half way down it."""
     drops = c.get("drops") or []
@@ -122,7 +129,7 @@ def _summary_lines(run, description: str, levels: str, summary: dict) -> list[st
             f"  mean |loss gap| after the first drop {c['mean_abs_gap_after']:.5g} "
             f"(max {c['max_abs_gap_after']:.4g})"
         )
-    for key in ("saved", "figure"):
+    for key in ("saved", "netcdf", "figure"):
         if key in summary:
             value = summary[key]
             value = ", ".join(value) if isinstance(value, list) else value
@@ -173,9 +180,13 @@ def main(args: argparse.Namespace) -> int:
         common.check_start_and_time(args)
         sgd = _sgd(args)
         out = Output(
-            args.out, overwrite=args.overwrite, resuming=common.is_file(args.checkpoint)
+            args.out,
+            overwrite=args.overwrite,
+            resuming=common.is_file(args.checkpoint),
+            argv=getattr(args, "argv", None),
         )
         args.output = out
+        common.check_analysis_outputs(args, out)
         run = gf.train_sgd(
             problem,
             init_scale=args.init_scale,
@@ -226,6 +237,7 @@ def main(args: argparse.Namespace) -> int:
     saved = _save_run(run, out)
     if saved is not None:
         summary["saved"] = saved
+    _write_netcdf(run, args, out, "sgd_run", summary)
     if args.flow:
         code = _compare(args, run, choice.plugin, (description, out), summary)
         if code:
@@ -275,6 +287,7 @@ def _compare(args, run, plugin, where: tuple[str, Output], summary: dict) -> int
     summary["compare"] = cmp.summary()
     if out.folder is not None:
         traj.save(out.path("trajectory.npz"))
+        _write_netcdf(traj, args, out, "trajectory", summary)
         if not args.no_figures:
             formats = ("png", "pdf") if args.pdf else ("png",)
             paths = cmp.save_figure(

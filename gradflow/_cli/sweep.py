@@ -22,8 +22,8 @@ from .problems import (
 
 FILES = (
     "sweep.npz (gradflow.load_sweep), stages.csv (one row per member and stage), "
-    "command.json and the figures (a subfolder per group of equal shapes when "
-    "there are several)"
+    "command.json and the figures, and sweep.nc with --netcdf (a subfolder per "
+    "group of equal shapes when there are several)"
 )
 
 
@@ -169,8 +169,14 @@ def run(args) -> int:
         built = choice.build()
         grouped = groups(choice, [p for p, _ in built])
         again = any(common.is_file(_checkpoint(args.checkpoint, g)) for g, _ in grouped)
-        out = Output(args.out, overwrite=args.overwrite, resuming=again)
+        out = Output(
+            args.out,
+            overwrite=args.overwrite,
+            resuming=again,
+            argv=getattr(args, "argv", None),
+        )
         args.output = out
+        common.check_analysis_outputs(args, out)
     except INPUT_ERRORS as e:
         return fail(args, e)
     phases = getattr(choice.plugin, "SWEEP_PHASES", GENERIC_PHASES)
@@ -224,6 +230,7 @@ def run(args) -> int:
             before = len(out.written)
             _figures(sw, out, group, phases, args.pdf)
             files += out.written[before:]
+        files += common.write_analysis_outputs(sw, args, out, folder / "sweep")
         n_ok = int(sw.ok.sum())
         print(f"problem: {built[members[0]][1]}")
         for name, values in labels.items():

@@ -13,8 +13,10 @@ import numpy as np
 from .._core.records import Record
 from .._problem.base import Problem
 from .._problem.functions import describe
+from . import tables
 from .codes import RESULTS, is_successful
-from .files import file_header, problem_parts, result_parts, write_file
+from .files import file_parts, write_file
+from .labelled import result_dataset
 
 
 class AbstractResult(eqx.Module):
@@ -84,14 +86,31 @@ class AbstractResult(eqx.Module):
     def __len__(self) -> int:
         return int(self.ts.shape[0])
 
+    def to_xarray(self):
+        """The result as an `xarray.Dataset` on the time coordinate `t`: the
+        loss, $|\\nabla L|$, every parameter leaf and observable with named
+        dimensions ([`gradflow.array_names`][]), the problem's arrays, and the
+        settings, stats, problem and gradflow version as attributes. Written
+        with xarray's `to_netcdf`, it reads back with [`gradflow.load`][] as
+        this result (`docs/analysis.md`; needs
+        `pip install "gradflow[analysis]"`)."""
+        return result_dataset(self)
+
+    def stages_frame(self):
+        """The stages as a `pandas.DataFrame`, one row per stage (the fields
+        of [`gradflow.Stage`][] and its `duration`)."""
+        return tables.stages_frame(self.stages)
+
+    def events_frame(self):
+        """The events as a `pandas.DataFrame`, one row per event (the fields
+        of [`gradflow.EventRecord`][])."""
+        return tables.events_frame(self.events)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the result to `path` (a `.npz` file), atomically: every
         array, the problem, settings, stats, result code, stages, events and
         the gradflow version. Read it back with [`gradflow.load`][]."""
-        meta, arrays = result_parts(self)
-        problem_meta, problem_arrays = problem_parts(self.problem)
-        meta = {**file_header(self.format_name), **meta, "problem": problem_meta}
-        return write_file(path, meta, {**arrays, **problem_arrays})
+        return write_file(path, *file_parts(self))
 
 
 def status(result: AbstractResult) -> str:

@@ -39,19 +39,34 @@ FORMAT_VERSION = 3
 
 
 class _Reader:
-    def __init__(self, read: Callable[[Any], Any], name: str):
-        self.read, self.name = read, name
+    def __init__(self, read: Callable[[Any], Any], name: str, build=None):
+        self.read, self.name, self.build = read, name, build
 
 
-# The readers of each kind of result file, by format name (filled by the
-# modules that define the kinds: trajectories, sweeps, SGD runs).
+# The readers of result files: by format name, each kind of result (filled by
+# the modules that define the kinds: trajectories, sweeps, SGD runs), and by
+# file suffix (starting with a dot), the containers other than `.npz`
+# (`.nc`: netCDF, `gradflow/_result/labelled.py`).
 READERS: dict[str, _Reader] = {}
 
 
-def register_reader(format_name: str, reader: Callable[[Any], Any], name: str) -> None:
-    """Lets [`gradflow.load`][] read a kind of result file; `name` is the
-    typed reader's public name (named in the error for a misdirected file)."""
-    READERS[format_name] = _Reader(reader, name)
+def register_reader(
+    key: str,
+    reader: Callable[[Any], Any],
+    name: str,
+    build: Callable[[Any, dict, dict], Any] | None = None,
+) -> None:
+    """Lets [`gradflow.load`][] read a kind of result file.
+
+    - `key`: the format name a file declares, or a file suffix (`".nc"`)
+      for a container read whatever the format it holds;
+    - `reader(path)`: reads a file; `name`, its public name (named in the
+      error for a misdirected file);
+    - `build(path, meta, arrays)`: the result from a file's metadata and
+      arrays (what `reader` does once the `.npz` archive is read), for the
+      containers that hold the same metadata and arrays ([`build`][]).
+    """
+    READERS[key] = _Reader(reader, name, build)
 
 
 def file_header(format_name: str) -> dict[str, Any]:
@@ -91,6 +106,15 @@ def result_parts(result, prefix: str = "") -> tuple[dict, dict]:
     return meta, arrays
 
 
+def file_parts(result) -> tuple[dict, dict]:
+    """`(meta, arrays)` of one result's file: its header, the result's own
+    parts and its problem's (what `save` writes)."""
+    meta, arrays = result_parts(result)
+    problem_meta, problem_arrays = problem_parts(result.problem)
+    meta = {**file_header(result.format_name), **meta, "problem": problem_meta}
+    return meta, {**arrays, **problem_arrays}
+
+
 def problem_parts(problem, prefix: str = "problem/") -> tuple[Any, dict]:
     """`(meta, arrays)` of a problem (`None`: none), its arrays under
     `prefix`."""
@@ -108,8 +132,15 @@ def read_file(path, format_name: str, what: str) -> tuple[dict, dict]:
     file when it is not a gradflow `what`, is truncated or damaged, or comes
     from a newer file format.
     """
-    names = {k: r.name for k, r in READERS.items()}
+    names = {k: r.name for k, r in READERS.items() if not k.startswith(".")}
     meta, arrays = read_npz_with_meta(path, format_name, names)
+    check_version(path, meta, what)
+    return meta, arrays
+
+
+def check_version(path, meta: dict, what: str) -> None:
+    """A `ValueError` naming the file when its format version is newer than
+    this gradflow reads."""
     found = meta.get("format_version")
     if not isinstance(found, int) or found > FORMAT_VERSION:
         raise ValueError(
@@ -117,7 +148,19 @@ def read_file(path, format_name: str, what: str) -> tuple[dict, dict]:
             f"gradflow {meta.get('gradflow_version')}; this gradflow "
             f"({version()}) reads format versions <= {FORMAT_VERSION}: upgrade gradflow"
         )
-    return meta, arrays
+
+
+def build(path, meta: dict, arrays: dict):
+    """The result a file's metadata and arrays hold (in the layout of the
+    `.npz` file), by the `build` its format registered: how a container
+    other than `.npz` (a netCDF file) is read back as the result it came
+    from, by the same code as the `.npz` file."""
+    format_name = meta.get("format")
+    reader = READERS.get(format_name) if isinstance(format_name, str) else None
+    if reader is None or reader.build is None:
+        raise ValueError(f"'{path}' holds an unknown gradflow format {format_name!r}")
+    check_version(path, meta, "gradflow result")
+    return reader.build(path, meta, arrays)
 
 
 def read_problem(path, entry, arrays: dict, prefix: str = "problem/"):
@@ -211,6 +254,12 @@ def read_result(cls, path, what: str):
     """Reads a file written by `cls.save` (any format version this gradflow
     reads)."""
     meta, arrays = read_file(path, cls.format_name, what)
+    return build_result(cls, path, meta, arrays, what)
+
+
+def build_result(cls, path, meta: dict, arrays: dict, what: str):
+    """A result of class `cls` from a file's metadata and arrays (a
+    `ValueError` naming the file for a missing entry)."""
     try:
         legacy = meta["format_version"] < 2
         # the entries every result holds, before the problem is built (which
@@ -238,22 +287,29 @@ def load(path: str | os.PathLike):
     """Loads any result file gradflow writes: a trajectory
     ([`gradflow.Trajectory.save`][]), a sweep ([`gradflow.Sweep.save`][]) or
     an SGD run ([`gradflow.SGDRun.save`][]), returned as its type. Files of
-    gradflow 0.1.0 load too.
+    gradflow 0.1.0 load too, and so do netCDF files (`.nc`) written from a
+    result's `to_xarray()` (`docs/analysis.md`).
 
     **Raises:** `FileNotFoundError` if `path` does not exist; `ValueError`
     naming the file if it is not a gradflow result (a checkpoint, a foreign or
     damaged file), is truncated, or was written by an incompatible (newer)
     file-format version.
     """
-    reader = READERS.get(peek_format(path) or "") or READERS["gradflow-trajectory"]
+    suffix = Path(path).suffix.lower() if isinstance(path, (str, os.PathLike)) else ""
+    reader = READERS.get(suffix) if suffix.startswith(".") else None
+    reader = reader or READERS.get(peek_format(path) or "")
     # (a trajectory's reader also gives every error for a file that is not a
     # gradflow result)
-    return reader.read(path)
+    return (reader or READERS["gradflow-trajectory"]).read(path)
 
 
 __all__ = [
     "FORMAT_VERSION",
     "READERS",
+    "build",
+    "build_result",
+    "check_version",
+    "file_parts",
     "file_header",
     "legacy_problem",
     "load",

@@ -9,7 +9,7 @@ import numpy as np
 from .._problem.base import Problem
 from .base import AbstractResult, describe, status
 from .codes import RESULTS
-from .files import read_result, register_reader
+from .files import build_result, read_result, register_reader
 from .info import FlowSettings, FlowStats
 
 
@@ -70,6 +70,13 @@ def load_trajectory(path: str | os.PathLike) -> Trajectory:
     return read_result(Trajectory, path, "trajectory")  # pyright: ignore[reportReturnType]
 
 
-register_reader(Trajectory.format_name, load_trajectory, "gradflow.load")
+register_reader(
+    Trajectory.format_name,
+    load_trajectory,
+    "gradflow.load",
+    lambda path, meta, arrays: build_result(
+        Trajectory, path, meta, arrays, "trajectory"
+    ),
+)
 
 __all__ = ["Trajectory", "load_trajectory"]

@@ -12,7 +12,7 @@ from .._core.records import Record
 from .._problem.base import Problem
 from .._result.base import AbstractResult, describe, status
 from .._result.codes import RESULTS
-from .._result.files import read_result, register_reader
+from .._result.files import build_result, read_result, register_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +122,11 @@ def load_sgd(path: str | os.PathLike) -> SGDRun:
     return read_result(SGDRun, path, "SGD-run")  # pyright: ignore[reportReturnType]
 
 
-register_reader(SGDRun.format_name, load_sgd, "gradflow.load_sgd")
+register_reader(
+    SGDRun.format_name,
+    load_sgd,
+    "gradflow.load_sgd",
+    lambda path, meta, arrays: build_result(SGDRun, path, meta, arrays, "SGD-run"),
+)
 
 __all__ = ["SGDRun", "SGDSettings", "SGDStats", "load_sgd"]

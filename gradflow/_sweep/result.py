@@ -15,22 +15,21 @@ import numpy as np
 from .._core.records import Record
 from .._problem.base import Problem
 from .._problem.functions import describe
+from .._result import tables
 from .._result.files import (
-    file_header,
     legacy_problem,
-    problem_parts,
     read_file,
     read_problem,
     register_reader,
     result_fields,
-    result_parts,
     write_file,
 )
 from .._result.info import SolveSettings
 from .._result.trajectory import Trajectory
+from .labelled import sweep_dataset
+from .parts import FORMAT_NAME, sweep_parts
 
 
-FORMAT_NAME = "gradflow-sweep"
 # Columns of `Sweep.table()` that labels may not take.
 RESERVED_COLUMNS = (
     "member",
@@ -225,35 +224,45 @@ class Sweep(eqx.Module):
                 rows.append(row)
         return pd.DataFrame(rows)
 
+    def to_xarray(self):
+        """The sweep as an `xarray.Dataset`, its members on their swept axes:
+        the problem axis (`problem`, or its label such as `delta` where the
+        sweep has one), `init_scale`, `seed`, then the time `t` and each
+        array's own dimensions, e.g. `loss(delta, seed, t)`; axes of one
+        value are scalar coordinates. Members that saved at other times go on
+        a `member` dimension with their own times `t(member, save)`
+        (`docs/analysis.md`). Written with xarray's `to_netcdf`, it reads
+        back with [`gradflow.load`][] as this sweep."""
+        return sweep_dataset(self)
+
+    def stages_frame(self):
+        """Every member's stages as a `pandas.DataFrame`, one row per member
+        and stage, with the member's index, problem, labels, init_scale,
+        seed and start in front (a member without stages has no row;
+        `table()` gives it one)."""
+        return tables.members_frame(
+            self.members,
+            self.trajectories,
+            lambda t: tables.stage_rows(t.stages),
+            tables.STAGE_COLUMNS,
+        )
+
+    def events_frame(self):
+        """Every member's events as a `pandas.DataFrame`, one row per member
+        and event, with the member's axes in front."""
+        return tables.members_frame(
+            self.members,
+            self.trajectories,
+            lambda t: tables.event_rows(t.events),
+            tables.EVENT_COLUMNS,
+        )
+
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the whole sweep (every member's trajectory, the problems,
         members, labels, settings and the gradflow version) to one `.npz`
         file, atomically. Read it back with [`gradflow.load_sweep`][] or
         [`gradflow.load`][]."""
-        arrays: dict[str, np.ndarray] = {
-            "ts": np.asarray(self.ts),
-            "loss": np.asarray(self.loss),
-        }
-        problems = []
-        for c, problem in enumerate(self.problems):
-            meta, own = problem_parts(problem, f"problem{c}/")
-            problems.append(meta)
-            arrays.update(own)
-        trajs = []
-        for i, traj in enumerate(self.trajectories):
-            meta, own = result_parts(traj, f"m{i}/")
-            trajs.append(meta)
-            arrays.update(own)
-        meta = {
-            **file_header(FORMAT_NAME),
-            "settings": self.settings.to_dict(),
-            "stats": self.stats.to_dict(),
-            "members": [m.to_dict() for m in self.members],
-            "labels": {k: list(v) for k, v in self.labels.items()},
-            "problems": problems,
-            "trajectories": trajs,
-        }
-        return write_file(path, meta, arrays)
+        return write_file(path, *sweep_parts(self))
 
 
 def _problems(path, meta, arrays) -> tuple:
@@ -291,6 +300,13 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     written by a newer file-format version.
     """
     meta, arrays = read_file(path, FORMAT_NAME, "sweep")
+    return sweep_from_parts(path, meta, arrays)
+
+
+def sweep_from_parts(path, meta: dict, arrays: dict) -> Sweep:
+    """A sweep from a file's metadata and arrays (a `ValueError` naming the
+    file for a missing entry): what `load_sweep` does once the `.npz`
+    archive is read, and a netCDF file's reader too."""
     try:
         legacy = meta["format_version"] < 2
         problems = _problems(path, meta, arrays)
@@ -326,7 +342,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         ) from None
 
 
-register_reader(FORMAT_NAME, load_sweep, "gradflow.load_sweep")
+register_reader(FORMAT_NAME, load_sweep, "gradflow.load_sweep", sweep_from_parts)
 
 __all__ = [
     "Member",
@@ -335,4 +351,6 @@ __all__ = [
     "SweepSettings",
     "SweepStats",
     "load_sweep",
+    "sweep_from_parts",
+    "sweep_parts",
 ]

@@ -21,6 +21,7 @@ from .._problem.adapt import as_problem
 from .._problem.base import Analysis, BoundedProblem, SampledProblem, StagedProblem
 from .._problem.files import register_legacy_problem
 from .._problem.functions import astype, loss_levels, observe_saves, params_dtype
+from .._result.labelled import ArrayNames, array_names
 from .chain import MarkovChain, entropy_bounds
 from .losses import batch_loss
 from .model import (
@@ -196,6 +197,57 @@ def _(problem: MarkovAttention) -> dict[str, tuple[str, float]]:
         "unigram": (r"$H(\pi)$", levels["unigram"]),
         "conditional": (r"$H(P|\pi)$", levels["conditional"]),
     }
+
+
+# The model's token dimensions: each gets the token index as its coordinate
+# and, for a text, `DIM_label` with the tokens' strings.
+TOKEN_DIMS = ("token", "next_token", "query_token", "key_token")
+
+
+@array_names.register
+def _(problem: MarkovAttention) -> ArrayNames:
+    """The token (`token`, `query_token`, `key_token`), width (`width`,
+    `query`, `key`, `value`) and singular-value (`sv`) dimensions, with the
+    token labels of a text as coordinates (`token_label`, ...)."""
+    chain, m = problem.chain, problem.width
+    d = chain.d
+    lead: tuple[str, ...] = () if problem.model.minimal else ("layer", "head")
+    params = {
+        ".W0": ("W0", ("width", "token")),
+        ".W1": ("W1", ("token", "width")),
+        ".WQ": ("WQ", (*lead, "query", "width")),
+        ".WK": ("WK", (*lead, "key", "width")),
+        ".WV": ("WV", (*lead, "value", "width")),
+        ".gain": ("gain", ("width",)),
+        ".bias": ("bias", ("width",)),
+    }
+    extras = {
+        "attention": ("query_token", "key_token"),
+        "att_mass": ("key_token",),
+        "sv_W0": ("sv",),
+        "sv_W1": ("sv",),
+        "cos_v_pi": ("sv",),
+        "sv_ratio": ("sv_ratio_k",),
+        "right_sv_W0": ("sv", "token"),
+    }
+    n = min(m, d)
+    coords: dict[str, Any] = {
+        "width": np.arange(m),
+        "sv": np.arange(1, n + 1),  # sigma_1, sigma_2, ...
+        "sv_ratio_k": np.arange(2, n + 1),  # sigma_k / sigma_1
+        "query": np.arange(m),
+        "key": np.arange(m),
+        "value": np.arange(m),
+        "layer": np.arange(problem.model.layers),
+        "head": np.arange(problem.model.heads),
+    }
+    labels = np.asarray([chain.label(k) for k in range(d)], dtype=str)
+    for dim in TOKEN_DIMS:
+        coords[dim] = np.arange(d)
+        if chain.tokens is not None:
+            coords[f"{dim}_label"] = (dim, labels)
+    arrays = {"chain.P": ("P", ("token", "next_token")), "chain.pi": ("pi", ("token",))}
+    return ArrayNames(params=params, extras=extras, problem=arrays, coords=coords)
 
 
 def markov_problem(

@@ -26,10 +26,24 @@ machine: [`order_parameter_figure`][gradflow.plot.order_parameter_figure],
 [`committee_phase_diagram`][gradflow.plot.committee_phase_diagram]. In-context
 regression: [`staircase_figure`][gradflow.plot.staircase_figure] (the loss on
 the predicted levels, the eigen-components against the minimiser's).
+
+Runs to watch and to show (`docs/analysis.md`):
+
+- [`animate`][gradflow.plot.animate]: a run as an MP4 or GIF, its loss curve
+  with a moving marker over the problem's [`views`][gradflow.plot.views] (for
+  the paper's model the attention map and the embedding PCA), frames paced
+  by stage ([`frame_times`][gradflow.plot.frame_times]);
+- [`report`][gradflow.plot.report]: a self-contained HTML explorer of a run
+  or a sweep (a time slider, the stage table, a sweep's phase diagram);
+- [`Heatmap`][gradflow.plot.Heatmap], [`Scatter`][gradflow.plot.Scatter],
+  [`Bars`][gradflow.plot.Bars], [`interpolate`][gradflow.plot.interpolate]:
+  the pieces of a problem's own views.
 """
 
-# The generic figures first: the problems' figures below build on them and
-# register themselves with `figures`.
+# The problems' figures and views: each module registers its problem's with
+# `figures` or `views` when imported (the `views` modules are imported for
+# that alone).
+from ..markov import views as _markov_views  # noqa: F401
 from ..markov.plot import (  # noqa: E402
     TOP_ATTENTION as TOP_ATTENTION,
     TOP_TOKENS as TOP_TOKENS,
@@ -39,19 +53,23 @@ from ..markov.plot import (  # noqa: E402
     token_label as token_label,
     top_tokens as top_tokens,
 )
+from ..problems._committee import views as _committee_views  # noqa: F401
 from ..problems._committee.plot import (  # noqa: E402
     committee_phase_diagram as committee_phase_diagram,
     committee_plateau_length as committee_plateau_length,
     order_parameter_figure as order_parameter_figure,
 )
+from ..problems._deep_linear import views as _deep_linear_views  # noqa: F401
 from ..problems._deep_linear.plot import (  # noqa: E402
     half_times as half_times,
     learning_time_figure as learning_time_figure,
     mode_strength_figure as mode_strength_figure,
 )
+from ..problems._in_context import views as _in_context_views  # noqa: F401
 from ..problems._in_context.plot import (  # noqa: E402
     staircase_figure as staircase_figure,
 )
+from ._animate import animate as animate
 from ._base import (
     STAGE_COLORS as STAGE_COLORS,
     check_trajectory as check_trajectory,
@@ -62,6 +80,7 @@ from ._base import (
     shade_stages as shade_stages,
     stage_label as stage_label,
 )
+from ._explorer import report as report
 from ._problem import (
     GENERIC_SHADES as GENERIC_SHADES,
     figures as figures,
@@ -73,6 +92,19 @@ from ._sweep import (
     phase_diagram as phase_diagram,
     sweep_summary as sweep_summary,
 )
+from ._timeline import (
+    frame_times as frame_times,
+    interpolate as interpolate,
+    stage_caption as stage_caption,
+)
+from ._views import (
+    GREY as GREY,
+    PALETTE as PALETTE,
+    Bars as Bars,
+    Heatmap as Heatmap,
+    Scatter as Scatter,
+    views as views,
+)
 
 
 plot_problem = plot_all
@@ -80,7 +112,18 @@ plot_problem = plot_all
 the paper's model (it draws every problem's figures now)."""
 
 __all__ = [
+    "Bars",
     "GENERIC_SHADES",
+    "GREY",
+    "Heatmap",
+    "PALETTE",
+    "Scatter",
+    "animate",
+    "frame_times",
+    "interpolate",
+    "report",
+    "stage_caption",
+    "views",
     "STAGE_COLORS",
     "TOP_ATTENTION",
     "TOP_TOKENS",

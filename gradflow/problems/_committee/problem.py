@@ -22,6 +22,7 @@ from ..._core.errors import show
 from ..._core.random import scaled_normal
 from ..._core.validate import as_float_array, check_finite_entries, check_integer
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
+from ..._result.labelled import ArrayNames, array_names
 
 
 ACTIVATIONS = ("erf",)
@@ -200,6 +201,22 @@ def orthogonal_teacher(teachers: int, inputs: int, norm: float = 1.0, *, seed=No
         return norm * np.eye(M, N)
     rng = np.random.default_rng(seed)
     return norm * np.linalg.qr(rng.standard_normal((N, N)))[0][:, :M].T
+
+
+@array_names.register
+def _(problem: Committee) -> ArrayNames:
+    """The students' weights `W(student, input)`, the order parameters
+    `R(student, teacher)` and `Q(student, student_2)`."""
+    del problem
+    return ArrayNames(
+        params={"": ("W", ("student", "input"))},
+        extras={
+            "R": ("student", "teacher"),
+            "Q": ("student", "student_2"),
+            "svW": ("sv",),
+        },
+        problem={"teacher": ("teacher_weights", ("teacher", "input"))},
+    )
 
 
 __all__ = [

@@ -14,6 +14,7 @@ minimum, where the flow ends.
 """
 
 from functools import reduce
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -26,6 +27,7 @@ from ..._core.errors import show
 from ..._core.random import scaled_normal
 from ..._core.validate import check_covariance, check_matrix, is_integer
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
+from ..._result.labelled import ArrayNames, array_names
 from ..._stages import matrix_spectra
 
 
@@ -219,6 +221,27 @@ def random_deep_linear(
     U = np.linalg.qr(rng.standard_normal((n_out, n_out)))[0][:, :k]
     V = np.linalg.qr(rng.standard_normal((n_in, n_in)))[0][:, :k]
     return DeepLinear(np.eye(n_in), (U * s) @ V.T, hidden)
+
+
+@array_names.register
+def _(problem: DeepLinear) -> ArrayNames:
+    """The layers `W1, ..., WL` between the `input`, `hidden1`, ... and
+    `output` dimensions, the mode strengths on `mode`."""
+    sizes = ("input", *(f"hidden{j + 1}" for j in range(len(problem.hidden))), "output")
+    params: dict[str, tuple[str, tuple[str, ...]]] = {}
+    extras: dict[str, Any] = {"modes": ("mode",)}
+    for j in range(problem.depth):
+        params[f"[{j}]"] = (f"W{j + 1}", (sizes[j + 1], sizes[j]))
+        extras[f"sv[{j}]"] = (f"sv_W{j + 1}", (f"sv_W{j + 1}_index",))
+    return ArrayNames(
+        params=params,
+        extras=extras,
+        problem={
+            "sigma_xx": ("sigma_xx", ("input", "input_2")),
+            "sigma_yx": ("sigma_yx", ("output", "input")),
+        },
+        coords={"mode": np.arange(1, min(problem.n_in, problem.n_out) + 1)},
+    )
 
 
 def is_identity(matrix) -> bool:

@@ -41,6 +41,7 @@ from ..._core.validate import (
 )
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
 from ..._problem.functions import loss_levels
+from ..._result.labelled import ArrayNames, array_names
 from ..._stages import matrix_spectra
 
 
@@ -331,6 +332,36 @@ def _(problem: InContextRegression) -> dict[str, tuple[str, float]]:
         )
         for k in ks
     }
+
+
+@array_names.register
+def _(problem: InContextRegression) -> ArrayNames:
+    r"""Each head's value `v(head)` and key and query `K, Q(head, key_row,
+    input)` (merged: `W(head, input, input_2)`), the eigen-components
+    `modes(mode)` (largest eigenvalue of the inputs' covariance first); the
+    problem's covariance and what it derives from it: the eigenbasis
+    `basis(input, mode)`, `minimiser` ($\Gamma^*$), `metric` ($A\Sigma$) and
+    `cholesky`, each on `(input, input_2)`, and `minimum` ($L^*$)."""
+    D = problem.dimension
+    square = ("input", "input_2")
+    return ArrayNames(
+        params={
+            ".v": ("v", ("head",)),
+            ".K": ("K", ("head", "key_row", "input")),
+            ".Q": ("Q", ("head", "key_row", "input")),
+            ".W": ("W", ("head", "input", "input_2")),
+        },
+        extras={"modes": ("mode",), "svGamma": ("sv_Gamma", ("sv",))},
+        problem={
+            "covariance": ("covariance", square),
+            "basis": ("basis", ("input", "mode")),
+            "minimiser": ("minimiser", square),
+            "metric": ("metric", square),
+            "minimum": ("minimum", ()),
+            "cholesky": ("cholesky", square),
+        },
+        coords={"mode": np.arange(1, D + 1), "sv": np.arange(1, D + 1)},
+    )
 
 
 __all__ = [

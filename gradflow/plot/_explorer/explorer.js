@@ -1,0 +1,420 @@
+// gradflow's run explorer: draws the data embedded in the page (no library,
+// nothing fetched). A run: its loss curve with the stages shaded and a
+// marker at the chosen time, a time slider with a play button, the problem's
+// views at that time, the stage and event tables. A sweep: the phase diagram,
+// each member opening its own run view (#member=i).
+"use strict";
+
+const DATA = JSON.parse(document.getElementById("gradflow-data").textContent);
+const SVG = "http://www.w3.org/2000/svg";
+const FPS = 15;
+
+function el(tag, attrs = {}, parent = null, ns = null) {
+  const node = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  if (parent) parent.appendChild(node);
+  return node;
+}
+const svg = (tag, attrs, parent) => el(tag, attrs, parent, SVG);
+
+function fmt(x, digits = 4) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  if (typeof x !== "number") return String(x);
+  if (x !== 0 && (Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3)) return x.toExponential(digits - 1);
+  return String(Number(x.toPrecision(digits)));
+}
+
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+// -- the loss chart -------------------------------------------------------------
+
+function lossChart(host, run) {
+  clear(host);
+  const W = 1000, H = 250, L = 62, R = 12, T = 10, B = 34;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: "loss-svg" }, host);
+  const t = run.t, loss = run.loss;
+  const lt0 = Math.log10(t[0]), lt1 = Math.log10(t[t.length - 1]);
+  const finite = loss.filter((v) => v !== null);
+  let lo = Math.min(...finite), hi = Math.max(...finite);
+  const pad = 0.06 * (hi - lo || 1);
+  lo -= pad; hi += pad;
+  const x = (v) => L + ((Math.log10(v) - lt0) / (lt1 - lt0 || 1)) * (W - L - R);
+  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+  const clipX = (v) => Math.min(Math.max(v, L), W - R);
+  for (const s of run.stages) {
+    const end = s.t_end === null ? t[t.length - 1] : s.t_end;
+    const x0 = clipX(x(Math.max(s.t_start, t[0]))), x1 = clipX(x(end));
+    const colour = DATA.stage_colors[s.name] || "#ccc";
+    if (s.name === "rank") {
+      svg("line", { x1: x0, x2: x0, y1: T, y2: H - B, stroke: colour, "stroke-width": 1 }, root);
+      continue;
+    }
+    // a new direction overlaps the other stages: the lower part of the band
+    const lower = s.name === "new_direction";
+    const top = lower ? T + 0.62 * (H - T - B) : T;
+    svg("rect", { x: x0, y: top, width: Math.max(x1 - x0, 0.5), height: H - B - top,
+                  fill: colour, "fill-opacity": lower ? 0.35 : 0.22 }, root);
+  }
+  for (let k = Math.ceil(lt0); k <= Math.floor(lt1); k++) {
+    const xv = x(10 ** k);
+    svg("line", { x1: xv, x2: xv, y1: H - B, y2: H - B + 4, stroke: "#444" }, root);
+    svg("text", { x: xv, y: H - B + 16, "text-anchor": "middle", "font-size": 11,
+                  text: `1e${k}` }, root);
+  }
+  for (let j = 0; j <= 4; j++) {
+    const v = lo + ((hi - lo) * j) / 4, yv = y(v);
+    svg("line", { x1: L - 4, x2: L, y1: yv, y2: yv, stroke: "#444" }, root);
+    svg("text", { x: L - 6, y: yv + 4, "text-anchor": "end", "font-size": 11, text: fmt(v, 4) }, root);
+  }
+  svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#888" }, root);
+  svg("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12,
+                text: "time t (log scale)" }, root);
+  svg("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", "font-size": 12,
+                transform: `rotate(-90 14 ${(T + H - B) / 2})`, text: "population loss" }, root);
+  let d = "";
+  for (let i = 0; i < t.length; i++) {
+    if (loss[i] === null) continue;
+    d += `${d ? "L" : "M"}${x(t[i]).toFixed(1)},${y(loss[i]).toFixed(1)}`;
+  }
+  svg("path", { d, fill: "none", stroke: "#000", "stroke-width": 1.6 }, root);
+  const cursor = svg("line", { id: "cursor", y1: T, y2: H - B, stroke: "#d62728" }, root);
+  const marker = svg("circle", { id: "marker", r: 5, fill: "#d62728" }, root);
+  root.addEventListener("click", (ev) => {
+    const box = root.getBoundingClientRect();
+    const xv = ((ev.clientX - box.left) / box.width) * W;
+    const tv = 10 ** (lt0 + ((xv - L) / (W - L - R)) * (lt1 - lt0));
+    STATE.goTo(nearestFrame(run.frames.t, tv));
+  });
+  return (i) => {
+    const xv = x(run.frames.t[i]).toFixed(2);
+    cursor.setAttribute("x1", xv); cursor.setAttribute("x2", xv);
+    marker.setAttribute("cx", xv);
+    marker.setAttribute("cy", y(run.frames.loss[i]).toFixed(2));
+  };
+}
+
+function nearestFrame(times, tv) {
+  let best = 0;
+  for (let i = 0; i < times.length; i++) {
+    if (Math.abs(Math.log(times[i] / tv)) < Math.abs(Math.log(times[best] / tv))) best = i;
+  }
+  return best;
+}
+
+// -- the views ------------------------------------------------------------------
+
+function decode(b64) {
+  const raw = atob(b64), out = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+  return out;
+}
+
+function heatmapValue(v, q) {
+  if (q >= 255) return NaN;
+  const f = q / 254;
+  return v.log ? Math.exp(Math.log(v.vmin) + f * (Math.log(v.vmax) - Math.log(v.vmin)))
+               : v.vmin + f * (v.vmax - v.vmin);
+}
+
+function heatmapPanel(panel, v, index) {
+  const [, R, C] = v.shape, bytes = decode(v.data);
+  const cell = Math.max(6, Math.min(56, Math.floor(300 / Math.max(R, C))));
+  const labels = C <= 17 && R <= 17, left = labels ? 64 : 6, top = 4, bottom = labels ? 60 : 6;
+  const width = left + C * cell + 6, height = top + R * cell + bottom;
+  const wrap = el("div", { style: `position:relative;width:${width + 110}px;height:${height}px` }, panel);
+  const canvas = el("canvas", { width: C * cell, height: R * cell, class: "heatmap",
+                                id: `view-${index}`,
+                                style: `position:absolute;left:${left}px;top:${top}px` }, wrap);
+  const axes = svg("svg", { width: width + 110, height, style: "position:absolute;left:0;top:0;pointer-events:none" }, wrap);
+  if (labels) {
+    v.rows.forEach((name, r) => svg("text", { x: left - 4, y: top + (r + 0.5) * cell + 4,
+      "text-anchor": "end", "font-size": 10, text: name }, axes));
+    v.cols.forEach((name, c) => {
+      const xc = left + (c + 0.5) * cell, yc = top + R * cell + 6;
+      svg("text", { x: xc, y: yc, "font-size": 10, transform: `rotate(90 ${xc} ${yc})`, text: name }, axes);
+    });
+  }
+  // the colour bar
+  const bx = left + C * cell + 14, bh = R * cell;
+  v.colors.forEach((colour, k) => {
+    if (k % 5) return;
+    svg("rect", { x: bx, y: top + bh * (1 - (k + 5) / v.colors.length), width: 10,
+                  height: (bh * 5) / v.colors.length + 0.5, fill: colour }, axes);
+  });
+  svg("text", { x: bx + 13, y: top + 9, "font-size": 10, text: fmt(v.vmax, 3) }, axes);
+  svg("text", { x: bx + 13, y: top + bh, "font-size": 10, text: fmt(v.vmin, 3) + (v.log ? " (log)" : "") }, axes);
+  const readout = el("div", { class: "readout", text: `row: ${v.ylabel}, column: ${v.xlabel}` }, panel);
+  const ctx = canvas.getContext("2d");
+  let frame = 0;
+  canvas.addEventListener("mousemove", (ev) => {
+    const box = canvas.getBoundingClientRect();
+    const c = Math.floor(((ev.clientX - box.left) / box.width) * C);
+    const r = Math.floor(((ev.clientY - box.top) / box.height) * R);
+    if (r < 0 || c < 0 || r >= R || c >= C) return;
+    const q = bytes[frame * R * C + r * C + c];
+    readout.textContent = `${v.ylabel} ${v.rows[r]}, ${v.xlabel} ${v.cols[c]}: ${fmt(heatmapValue(v, q), 3)}`;
+  });
+  return (i) => {
+    frame = i;
+    canvas.dataset.frame = String(i);
+    for (let r = 0; r < R; r++) {
+      for (let c = 0; c < C; c++) {
+        const q = bytes[i * R * C + r * C + c];
+        ctx.fillStyle = q >= 255 ? "#eee" : v.colors[q];
+        ctx.fillRect(c * cell, r * cell, cell, cell);
+      }
+    }
+  };
+}
+
+function scatterPanel(panel, v, index) {
+  const S = 300, pad = 30, lim = v.limit;
+  const root = svg("svg", { width: S + pad, height: S + pad, id: `view-${index}` }, panel);
+  const p = (a) => pad + ((a + lim) / (2 * lim)) * S;
+  const q = (b) => ((lim - b) / (2 * lim)) * S;
+  svg("rect", { x: pad, y: 0, width: S, height: S, fill: "none", stroke: "#888" }, root);
+  svg("line", { x1: p(0) - 5, x2: p(0) + 5, y1: q(0), y2: q(0), stroke: "#000" }, root);
+  svg("line", { x1: p(0), x2: p(0), y1: q(0) - 5, y2: q(0) + 5, stroke: "#000" }, root);
+  svg("text", { x: pad + S / 2, y: S + 20, "text-anchor": "middle", "font-size": 11, text: v.xlabel }, root);
+  svg("text", { x: 12, y: S / 2, "text-anchor": "middle", "font-size": 11,
+                transform: `rotate(-90 12 ${S / 2})`, text: v.ylabel }, root);
+  const n = v.labels.length, trail = 12;
+  const paths = [], dots = [], names = {};
+  for (let k = 0; k < n; k++) {
+    paths.push(svg("polyline", { fill: "none", stroke: v.colors[k], "stroke-opacity": 0.6 }, root));
+  }
+  for (let k = 0; k < n; k++) dots.push(svg("circle", { r: 4.5, fill: v.colors[k] }, root));
+  for (const k of v.named) names[k] = svg("text", { "font-size": 10, text: " " + v.labels[k] }, root);
+  const caption = el("div", { class: "readout" }, panel);
+  return (i) => {
+    root.dataset.frame = String(i);
+    for (let k = 0; k < n; k++) {
+      const pts = [];
+      for (let j = Math.max(0, i - trail); j <= i; j++) {
+        pts.push(`${p(v.points[j][k][0]).toFixed(1)},${q(v.points[j][k][1]).toFixed(1)}`);
+      }
+      paths[k].setAttribute("points", pts.join(" "));
+      dots[k].setAttribute("cx", p(v.points[i][k][0]).toFixed(1));
+      dots[k].setAttribute("cy", q(v.points[i][k][1]).toFixed(1));
+      if (names[k]) {
+        names[k].setAttribute("x", p(v.points[i][k][0]).toFixed(1));
+        names[k].setAttribute("y", (q(v.points[i][k][1]) - 4).toFixed(1));
+      }
+    }
+    caption.textContent = v.captions[i];
+  };
+}
+
+function barsPanel(panel, v, index) {
+  const n = v.labels.length, bw = Math.max(8, Math.min(36, Math.floor(300 / n)));
+  const longest = Math.max(...v.labels.map((name) => name.length));
+  const L = 48, T = 6, Hp = 220, B = n <= 17 ? Math.min(130, 12 + 6 * longest) : 10;
+  const W = L + n * bw + 10;
+  const root = svg("svg", { width: W, height: T + Hp + B, id: `view-${index}` }, panel);
+  const [lo, hi] = v.ylim;
+  const f = v.log ? (a) => Math.log10(Math.max(a, lo)) : (a) => a;
+  const y = (a) => T + (1 - (f(Math.min(Math.max(a, lo), hi)) - f(lo)) / (f(hi) - f(lo))) * Hp;
+  svg("rect", { x: L, y: T, width: n * bw, height: Hp, fill: "none", stroke: "#888" }, root);
+  for (const a of v.log ? [lo, Math.sqrt(lo * hi), hi] : [lo, (lo + hi) / 2, hi]) {
+    svg("text", { x: L - 4, y: y(a) + 4, "text-anchor": "end", "font-size": 10, text: fmt(a, 2) }, root);
+  }
+  if (v.reference !== null) {
+    svg("line", { x1: L, x2: L + n * bw, y1: y(v.reference), y2: y(v.reference),
+                  stroke: "#000", "stroke-dasharray": "4 3" }, root);
+  }
+  const base = y(v.log ? lo : Math.max(lo, Math.min(0, hi)));
+  const bars = v.labels.map((name, k) => {
+    if (n <= 17) {
+      const xc = L + (k + 0.5) * bw, yc = T + Hp + 6;
+      svg("text", { x: xc, y: yc, "font-size": 10, transform: `rotate(90 ${xc} ${yc})`, text: name }, root);
+    }
+    return svg("rect", { x: L + k * bw + 1, width: bw - 2, fill: v.colors[k] }, root);
+  });
+  el("div", { class: "readout", text: v.ylabel }, panel);
+  return (i) => {
+    root.dataset.frame = String(i);
+    bars.forEach((bar, k) => {
+      const value = v.values[i][k], top = value === null ? base : y(value);
+      bar.setAttribute("y", Math.min(top, base).toFixed(1));
+      bar.setAttribute("height", Math.abs(base - top).toFixed(1));
+    });
+  };
+}
+
+const PANELS = { heatmap: heatmapPanel, scatter: scatterPanel, bars: barsPanel };
+
+// -- tables ---------------------------------------------------------------------
+
+function table(host, columns, rows, onClick) {
+  clear(host);
+  const head = el("tr", {}, el("thead", {}, host));
+  for (const c of columns) el("th", { text: c.replace("_", " ") }, head);
+  const body = el("tbody", {}, host);
+  return rows.map((row, j) => {
+    const tr = el("tr", { class: onClick ? "stage-row" : "" }, body);
+    for (const c of columns) el("td", { text: typeof row[c] === "number" ? fmt(row[c], 5) : (row[c] ?? "") }, tr);
+    if (onClick) tr.addEventListener("click", () => onClick(j));
+    return tr;
+  });
+}
+
+// -- one run --------------------------------------------------------------------
+
+const STATE = { frame: 0, timer: null, updates: [], goTo: () => {} };
+
+function showRun(run) {
+  stop();
+  document.getElementById("run").hidden = false;
+  // (a run's title is the page's; a sweep member's names the member)
+  document.getElementById("run-title").textContent = DATA.kind === "sweep" ? run.title : "";
+  const status = document.getElementById("run-status");
+  status.textContent = run.ok ? `${run.problem}: solved` : `${run.problem}: FAILED: ${run.message}`;
+  status.className = run.ok ? "" : "failed";
+  const legend = document.getElementById("legend");
+  clear(legend);
+  for (const name of [...new Set(run.stages.map((s) => s.name))]) {
+    const chip = el("span", {}, legend);
+    el("i", { style: `background:${DATA.stage_colors[name] || "#ccc"}` }, chip);
+    chip.appendChild(document.createTextNode(name.replace("_", " ")));
+  }
+  const updates = [lossChart(document.getElementById("loss-chart"), run)];
+  const views = document.getElementById("views");
+  clear(views);
+  run.views.forEach((v, k) => {
+    const panel = el("div", { class: "panel" }, views);
+    el("h4", { text: v.title }, panel);
+    updates.push(PANELS[v.type](panel, v, k));
+  });
+  const rows = table(document.getElementById("stages"),
+    ["name", "cycle", "t_start", "t_end", "loss_start", "loss_end", "tokens"], run.stages,
+    (j) => STATE.goTo(firstFrameFrom(run.frames.t, run.stages[j].t_start)));
+  table(document.getElementById("events"), ["name", "t", "loss", "token", "located"], run.events);
+  const slider = document.getElementById("slider");
+  slider.max = String(run.frames.t.length - 1);
+  const now = document.getElementById("now");
+  STATE.goTo = (i) => {
+    i = Math.max(0, Math.min(run.frames.t.length - 1, i | 0));
+    STATE.frame = i;
+    slider.value = String(i);
+    const tv = run.frames.t[i];
+    now.textContent = `t = ${fmt(tv, 5)}   ${run.frames.caption[i]}`;
+    for (const update of updates) update(i);
+    run.stages.forEach((s, j) => {
+      const end = s.t_end === null ? Infinity : s.t_end;
+      rows[j].classList.toggle("active", s.t_start <= tv && tv <= end && s.name !== "rank");
+    });
+  };
+  slider.oninput = () => STATE.goTo(Number(slider.value));
+  STATE.goTo(0);
+  setAbout(run.settings, run.stats);
+}
+
+function firstFrameFrom(times, t0) {
+  for (let i = 0; i < times.length; i++) if (times[i] >= t0) return i;
+  return times.length - 1;
+}
+
+function stop() {
+  if (STATE.timer !== null) clearInterval(STATE.timer);
+  STATE.timer = null;
+  document.getElementById("play").textContent = "Play";
+}
+
+function togglePlay() {
+  if (STATE.timer !== null) return stop();
+  const last = Number(document.getElementById("slider").max);
+  if (STATE.frame >= last) STATE.goTo(0);
+  document.getElementById("play").textContent = "Pause";
+  STATE.timer = setInterval(() => {
+    if (STATE.frame >= last) return stop();
+    STATE.goTo(STATE.frame + 1);
+  }, 1000 / FPS);
+}
+
+function setAbout(settings, stats) {
+  document.getElementById("command").textContent = DATA.command || "(not recorded: made from Python)";
+  document.getElementById("settings").textContent = JSON.stringify(settings, null, 1);
+  document.getElementById("stats").textContent = JSON.stringify(stats, null, 1);
+}
+
+// -- a sweep --------------------------------------------------------------------
+
+function phaseDiagram() {
+  const phase = DATA.sweep.phase;
+  document.getElementById("phase").hidden = false;
+  const select = document.getElementById("phase-value");
+  for (const name of Object.keys(phase.values)) el("option", { value: name, text: name }, select);
+  select.onchange = () => drawPhase(select.value);
+  drawPhase(select.value);
+}
+
+function drawPhase(name) {
+  const phase = DATA.sweep.phase, host = document.getElementById("phase-plot");
+  clear(host);
+  const values = phase.values[name] || [];
+  const xs = [...new Set(phase.x)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const ys = [...new Set(phase.y)];
+  const cw = Math.max(40, Math.min(90, Math.floor(700 / xs.length))), ch = 28;
+  const L = 160, T = 8, B = 44;
+  const root = svg("svg", { width: L + xs.length * cw + 120, height: T + ys.length * ch + B, id: "phase-svg" }, host);
+  const finite = values.filter((v) => v !== null);
+  const lo = Math.min(...finite), hi = Math.max(...finite);
+  const colour = (v) => v === null ? "#fff"
+    : phase.colors[Math.round(((v - lo) / (hi - lo || 1)) * (phase.colors.length - 1))];
+  phase.x.forEach((xv, m) => {
+    const c = xs.indexOf(xv), r = ys.indexOf(phase.y[m]), v = values[m];
+    const rect = svg("rect", { x: L + c * cw, y: T + r * ch, width: cw - 1, height: ch - 1,
+                               fill: colour(v), class: "cell", "data-member": m,
+                               stroke: phase.members[m].ok ? "none" : "#b00020" }, root);
+    svg("title", { text: `member ${m}: ${fmt(v, 4)}` }, rect);
+    const light = v !== null && (v - lo) / (hi - lo || 1) > 0.6;
+    svg("text", { x: L + (c + 0.5) * cw, y: T + (r + 0.5) * ch + 4, "text-anchor": "middle",
+                  "font-size": 10, fill: light ? "#000" : "#fff", "pointer-events": "none",
+                  text: fmt(v, 3) }, root);
+    rect.addEventListener("click", () => { location.hash = `member=${m}`; });
+  });
+  xs.forEach((xv, c) => svg("text", { x: L + (c + 0.5) * cw, y: T + ys.length * ch + 14,
+    "text-anchor": "middle", "font-size": 10, text: fmt(xv, 3) }, root));
+  ys.forEach((yv, r) => svg("text", { x: L - 6, y: T + (r + 0.5) * ch + 4, "text-anchor": "end",
+    "font-size": 10, text: yv }, root));
+  svg("text", { x: L + (xs.length * cw) / 2, y: T + ys.length * ch + 32, "text-anchor": "middle",
+                "font-size": 12, text: phase.x_name }, root);
+  svg("text", { x: L + xs.length * cw + 8, y: T + 12, "font-size": 11,
+                text: `${fmt(lo, 3)} … ${fmt(hi, 3)}` }, root);
+}
+
+function route() {
+  if (DATA.kind !== "sweep") return;
+  const m = /member=(\d+)/.exec(location.hash);
+  const run = m ? DATA.sweep.members[Number(m[1])] : null;
+  document.getElementById("phase").hidden = run !== null && run !== undefined;
+  document.getElementById("back").hidden = !run;
+  if (run) showRun(run);
+  else {
+    stop();
+    document.getElementById("run").hidden = true;
+    setAbout(DATA.sweep.settings, DATA.sweep.stats);
+  }
+}
+
+function main() {
+  document.getElementById("title").textContent = DATA.title;
+  document.getElementById("subtitle").textContent = DATA.subtitle;
+  document.getElementById("play").addEventListener("click", togglePlay);
+  document.getElementById("back").addEventListener("click", (ev) => {
+    ev.preventDefault();
+    location.hash = "";
+  });
+  if (DATA.kind === "sweep") {
+    phaseDiagram();
+    window.addEventListener("hashchange", route);
+    route();
+  } else {
+    showRun(DATA.run);
+  }
+}
+
+main();
