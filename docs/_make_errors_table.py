@@ -65,7 +65,7 @@ def table() -> str:
     with tempfile.TemporaryDirectory() as folder:
         files = test_errors.make_files(folder)
         prefix = str(Path(folder))
-        for case in test_errors.CASES:
+        for case in test_errors.CASES + test_errors.START_CASES:
             try:
                 case.call(files)
             except Exception as e:  # the point: record what it raises

@@ -117,6 +117,21 @@ class SaveAt(eqx.Module):
       for every event located during the solve, in time order, between
       chunks of steps (the solve does not wait for them), with the
       [`gradflow.EventRecord`][] and the parameters at the event.
+    - `motion`: dense saves where the flow moves fast ([`gradflow.flow`][]
+      and `integrate` only). Besides `ts`, save wherever the parameters have
+      moved by `motion` times their size (the Euclidean norm of all of them,
+      at least the start's) since the last such save: after each accepted
+      step the solver's dense output is sampled at 8 evenly spaced times and
+      each sample that far from the last one recorded is saved. Where the
+      flow moves fast (an escape, a drop, a rotation of the embeddings) the
+      saves then lie about `motion` apart in parameter space; on a plateau
+      away from the origin there are none (small parameters growing out of
+      the origin move by a steady fraction of their size, and get some). They are the solver's own dense output (what a save
+      time there would give; the steps do not change) and join `ts` in the
+      result, sorted by time, so `traj.ts` is no longer the grid given
+      (`traj.settings.num_saves` counts the grid). `0.01` draws a path in
+      steps of 1 % of its size; `None` (the default): only `ts`
+      (`docs/stages.md`, "Save grid").
     """
 
     ts: Any = None
@@ -124,6 +139,7 @@ class SaveAt(eqx.Module):
     thresholds: StageThresholds = eqx.field(default_factory=StageThresholds)
     events: tuple[Event, ...] = ()
     callbacks: tuple[Callable, ...] = ()
+    motion: float | None = None
 
     def __init__(
         self,
@@ -133,6 +149,7 @@ class SaveAt(eqx.Module):
         thresholds: StageThresholds | None = None,
         events: Sequence[Event] = (),
         callbacks: Sequence[Callable] | Callable = (),
+        motion: float | None = None,
     ):
         if ts is not None:
             ts = as_float_array("ts", ts, "an increasing array of times")
@@ -148,6 +165,14 @@ class SaveAt(eqx.Module):
         self.thresholds = thresholds
         self.events = _events(events)
         self.callbacks = _callbacks(callbacks)
+        if motion is not None:
+            motion = check_positive_finite("motion", motion)
+            if motion >= 1:
+                raise ValueError(
+                    f"motion must be below 1 (a fraction of the parameters' size "
+                    f"between saves), got motion = {motion}"
+                )
+        self.motion = motion
 
 
 class Solver(eqx.Module):
@@ -308,13 +333,21 @@ class SGD(eqx.Module):
         self.dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
 
 
-def as_saveat(saveat) -> SaveAt:
-    """`saveat` of an entry point: `None` (the defaults) or a `SaveAt`."""
+def as_saveat(saveat, entry: str | None = None) -> SaveAt:
+    """`saveat` of an entry point: `None` (the defaults) or a `SaveAt`.
+    `entry`: the name of an entry point that takes no motion saves
+    (`gradflow.sweep`, `gradflow.train_sgd`), which refuses them."""
     if saveat is None:
         return SaveAt()
     if not isinstance(saveat, SaveAt):
         raise TypeError(
             f"saveat must be a gradflow.SaveAt, got {type(saveat).__name__}"
+        )
+    if entry is not None and saveat.motion is not None:
+        raise ValueError(
+            f"SaveAt(motion={saveat.motion}) is for gradflow.flow and integrate; "
+            f"{entry} saves on its grid only: drop motion, or run the members you "
+            "want drawn densely with gradflow.flow"
         )
     return saveat
 

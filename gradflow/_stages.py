@@ -6,12 +6,14 @@ the solve (`docs/problems.md`, "Generic stages"), and the pieces every stage det
 - `Curves`: saved curves of a trajectory with interpolation between saves
   (linear in $\log t$), secant rates per unit $\log t$, and threshold
   crossings located between saves.
-- `plateau_intervals`: the saddles of a trajectory, by hysteresis on its
-  speed $s = -\frac{dL}{d\log t}/\ell$ (the same rule as the saddle events
-  located during the solve).
-- `generic_stages`: the stages of every problem: `plateau`, `drop` (from one
-  plateau to the next) and `rank` (a change in the number of singular values
-  of a matrix parameter above `rank_tol` times its largest).
+- `plateau_intervals`: the candidate saddles of a trajectory, by hysteresis
+  on its speed $s = -\frac{dL}{d\log t}/\ell$ (the same rule as the saddle
+  events located during the solve).
+- `generic_stages`: the stages of every problem: `plateau` (a candidate
+  that a saddle test keeps: the flow near a critical point with an unstable
+  direction), `drop` (from one plateau to the next) and `rank` (a change in
+  the number of singular values of a matrix parameter above `rank_tol` times
+  its largest).
 - `observe_saves`: a problem's observables at every saved point, batched.
 
 The paper's model adds its own stages on top of these
@@ -20,7 +22,7 @@ The paper's model adds its own stages on top of these
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -76,6 +78,15 @@ class StageThresholds(eqx.Module):
     - `rank_tol`: for the generic `rank` records of every problem: a singular
       value of a matrix parameter counts towards its rank when it exceeds
       `rank_tol` times the largest one.
+    - `saddle_growth`: for the generic stages of every problem: a slow stretch
+      of the flow is a plateau (a saddle) only if the top growth rate
+      $\lambda_u$ of the flow linearised at its closest approach to a
+      critical point (the largest eigenvalue of $-\nabla^2 L$ there), times
+      the stretch's end time, is at least `saddle_growth`: the unstable
+      direction grows by at least that many e-folds over it. A minimum (no
+      $\lambda_u > 0$: a convex loss anywhere, the end of learning) or a
+      direction that grows too slowly to matter is no saddle
+      (`docs/stages.md`).
     """
 
     rate_window: float = 0.03
@@ -90,6 +101,7 @@ class StageThresholds(eqx.Module):
     direction_open: float = 0.3
     direction_ratio: float = 0.1
     rank_tol: float = 0.1
+    saddle_growth: float = 0.1
 
     def __check_init__(self):
         for f in dataclasses.fields(self):
@@ -328,51 +340,114 @@ def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
     return out
 
 
+# A candidate plateau's saddle test: `(lo, hi, t_end)` (the saves it spans
+# and its end time) -> True (a saddle), False (no saddle), None (cannot tell:
+# kept).
+SaddleTest = Callable[[int, int, float], bool | None]
+
+
 def generic_stages(
-    ts, loss, observations: Mapping[str, Any], *, loss_scale: float, thresholds
+    ts,
+    loss,
+    observations: Mapping[str, Any],
+    *,
+    loss_scale: float,
+    thresholds,
+    start_still: bool | None = None,
+    saddle: SaddleTest | None = None,
 ) -> tuple[Stage, ...]:
     r"""The stages every problem has (`docs/problems.md`), from curves saved along a
     trajectory:
 
     - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
       fall per unit $\log t$ against the loss scale $\ell$) falling through
-      `entry_speed` to its rising through `escape_speed`; a flow that starts
-      still (a small start near a critical point) starts on its first
+      `entry_speed` to its rising through `escape_speed`, where `saddle`
+      finds a saddle there; a flow that starts still (`start_still`: a start
+      near a critical point, `gradflow/_problem/curvature.py`; `None`: the
+      speed at the first save at most `escape_speed`) starts on its first
       plateau, at `ts[0]`;
     - `drop`: from a plateau's end to the next plateau's start (or the last
-      save); a flow whose speed at the start is already above `escape_speed`
-      (a start that is no critical point: the soft committee machine's
-      origin) begins with a drop, of cycle 0;
+      save, or where the flow comes to rest at a point that is no saddle); a
+      flow that does not start on a plateau (a start that is no critical
+      point: the soft committee machine's origin, a convex quadratic) begins
+      with a drop, of cycle 0;
     - `rank`: for every observation `sv<path>` (the singular values of a
       matrix parameter, as the default [`gradflow.ObservedProblem.observe`][] saves
       them), each time the number of them above `rank_tol` times the largest
       changes, with `leaf` the parameter's path and `rank` the new count.
 
+    `saddle(lo, hi, t_end)` tests each candidate (the saves `lo..hi` it
+    spans, its end time): `False` drops it (a slow stretch that is no saddle
+    belongs to the drop around it), `True` or `None` (cannot tell) keeps it;
+    without `saddle` every candidate is kept.
+
     `cycle` numbers the plateaus (a drop has its plateau's); a rank record has
     the cycle of the plateau or drop it falls in. Non-finite trailing saves (a
     solve that stopped early) are ignored.
     """
+    return stages_and_rests(
+        ts,
+        loss,
+        observations,
+        loss_scale=loss_scale,
+        thresholds=thresholds,
+        start_still=start_still,
+        saddle=saddle,
+    )[0]
+
+
+def stages_and_rests(
+    ts,
+    loss,
+    observations: Mapping[str, Any],
+    *,
+    loss_scale: float,
+    thresholds,
+    start_still: bool | None = None,
+    saddle: SaddleTest | None = None,
+) -> tuple[tuple[Stage, ...], tuple[tuple[float, float], ...]]:
+    """[`generic_stages`][] and the `(t_start, t_end)` of every candidate
+    plateau that the saddle test dropped (the saddle events located during
+    the solve inside them are dropped too)."""
     th = thresholds
     ts, loss = np.asarray(ts, np.float64), np.asarray(loss, np.float64)
     n = int(np.argmin(np.isfinite(loss))) if not np.isfinite(loss).all() else ts.size
     ts, loss = ts[:n], loss[:n]
     if ts.size < 3:
-        return ()
+        return (), ()
     c = Curves(ts, {}, th.rate_window)
     speed = -c.rate(loss) / max(float(loss_scale), 1e-300)
-    still = bool(speed[0] <= th.escape_speed)
+    still = bool(speed[0] <= th.escape_speed) if start_still is None else start_still
     later, first_escape = plateau_intervals(c, speed, th, start_still=still)
-    plateaus = [((0, 0.0), first_escape)] + later if still else later
+    candidates: list[tuple[Point, Point | None]] = list(later)
+    if still:
+        candidates.insert(0, ((0, 0.0), first_escape))
+    plateaus: list[tuple[Point, Point | None]] = []
+    rests: list[tuple[Point, Point | None]] = []
+    last: Point = (ts.size - 1, 0.0)
+    for a, b in candidates:
+        end = last if b is None else b
+        if (
+            saddle is None
+            or saddle(a[0], min(end[0] + 1, ts.size - 1), c.time(*end)) is not False
+        ):
+            plateaus.append((a, b))
+        else:
+            rests.append((a, b))
+    # A drop ends at the next plateau, or where the flow comes to rest at no
+    # saddle at the end (a minimum), or at the last save.
+    rest_at_end = rests[-1][0] if rests and rests[-1][1] is None else None
     out = []
-    if not still:
-        end = plateaus[0][0] if plateaus else None
+    if not plateaus or plateaus[0][0] != (0, 0.0):
+        end = plateaus[0][0] if plateaus else rest_at_end
         out.append(_stage(c, loss, "drop", cycle=0, a=(0, 0.0), b=end))
     for k, (a, b) in enumerate(plateaus, start=1):
         out.append(_stage(c, loss, "plateau", cycle=k, a=a, b=b))
         if b is None:
             break
-        nxt = plateaus[k][0] if k < len(plateaus) else None
+        nxt = plateaus[k][0] if k < len(plateaus) else rest_at_end
         out.append(_stage(c, loss, "drop", cycle=k, a=b, b=nxt))
+    out = [s for s in out if not (s.name == "drop" and s.t_end <= s.t_start)]
     starts = [s.t_start for s in out]
     for key, value in observations.items():
         if key.startswith("sv") and np.ndim(value) == 2:
@@ -384,7 +459,9 @@ def generic_stages(
                 cycle = out[max(j - 1, 0)].cycle
                 out.append(dataclasses.replace(r, cycle=int(cycle)))
     order = {"plateau": 0, "drop": 1, "rank": 2}
-    return tuple(sorted(out, key=lambda s: (s.t_start, order[s.name])))
+    stages = tuple(sorted(out, key=lambda s: (s.t_start, order[s.name])))
+    times = tuple((c.time(*a), c.time(*(last if b is None else b))) for a, b in rests)
+    return stages, times
 
 
 # -- observables at the saved points ------------------------------------------
@@ -409,4 +486,5 @@ __all__ = [
     "matrix_spectra",
     "plateau_intervals",
     "secant_rate",
+    "stages_and_rests",
 ]

@@ -277,7 +277,7 @@ def test_old_checkpoint_is_refused_naming_the_layout(tmp_path):
     ck.write_bytes((DATA / "checkpoint_v0.1.0.npz").read_bytes())
     with pytest.raises(
         ValueError,
-        match='checkpoint_layout = "\\(unset\\)" there, "loop-state-4" here',
+        match='checkpoint_layout = "\\(unset\\)" there, "loop-state-5" here',
     ) as info:
         gf.integrate(
             chain,

@@ -153,15 +153,18 @@ def test_balanced_start_follows_saxe(rtol):
 def test_random_start_learns_the_modes_in_order_with_plateaus_at_the_levels(traj):
     assert traj.ok
     plateaus = [s for s in traj.stages if s.name == "plateau"]
-    assert len(plateaus) == 4
+    # a plateau at each saddle; the rest at the minimum (the last level, 0,
+    # reached to the solver's accuracy) is no plateau: the last drop ends there
+    assert len(plateaus) == 3
     ts, g = np.asarray(traj.ts), np.asarray(traj.grad_norm)
-    for plateau, level in zip(plateaus, LEVELS, strict=True):
+    for plateau, level in zip(plateaus, LEVELS[:3], strict=True):
         inside = (ts >= plateau.t_start) & (ts <= plateau.t_end)
         i = np.flatnonzero(inside)[np.argmin(g[inside])]
         # the flow passes each saddle at a distance of the order of the
-        # unlearnt modes' strength there: 1e-3 of the level (the last level,
-        # 0, is reached to the solver's accuracy)
-        assert traj.loss[i] == pytest.approx(level, rel=1e-3, abs=1e-9)
+        # unlearnt modes' strength there: 1e-3 of the level
+        assert traj.loss[i] == pytest.approx(level, rel=1e-3)
+    last = [s for s in traj.stages if s.name == "drop"][-1]
+    assert last.complete and last.loss_end < 1e-3 and last.t_end < traj.t_final
     # modes in order of s: each reaches half its strength after the stronger
     u = traj.extras["modes"]
     half = [np.interp(0.5, u[:, a] / S[a], ts) for a in range(3)]
@@ -281,7 +284,7 @@ def test_cli_run_deep_linear(traj, tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "problem: DeepLinear(5-4-4), singular values 3 1 0.3, seed 1" in printed
-    assert printed.count("\nplateau ") == 4 and printed.count("\ndrop ") == 3
+    assert printed.count("\nplateau ") == 3 and printed.count("\ndrop ") == 3
     back = gf.load(out / "trajectory.npz")
     np.testing.assert_array_equal(back.loss, traj.loss)
     assert back.stages == traj.stages

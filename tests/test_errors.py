@@ -34,7 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -1363,6 +1365,147 @@ CASES = [
         r"the closed form is derived for an isotropic teacher \(orthogonal rows of one "
         r"norm, T = tau\^2 I\), got T with diagonal \[1\.0, 4\.0\]",
     ),
+    # ------------------------------------------------- reading a result's points
+    Case(
+        "at-float",
+        lambda f: f.traj.at(2.5),
+        TypeError,
+        r"at takes a save index \(an integer\), got 2\.5; for the point at the time "
+        r"t = 2\.5, use traj\.at_time\(2\.5\)",
+    ),
+    Case(
+        "at-out-of-range",
+        lambda f: f.traj.at(10**6),
+        IndexError,
+        r"save index 1000000 is out of range: the result has \d+ saves \(indices 0 "
+        r"to \d+, or -\d+ to -1\)",
+    ),
+    Case(
+        "at_time-outside",
+        lambda f: f.traj.at_time(-1.0),
+        ValueError,
+        r"t = -1 lies outside the saved times: \[0, \d+\]",
+    ),
+    Case(
+        "at_time-not-a-number",
+        lambda f: f.traj.at_time("1.0"),
+        TypeError,
+        r"at_time takes a finite time, got '1\.0'",
+    ),
+    Case(
+        "at_time-no-problem",
+        lambda f: _without_problem().at_time(0.5),
+        ValueError,
+        r"t = 0\.5 lies between save 0 \(t = 0\) and save 1 \(t = 1\); "
+        r"interpolating needs the flow's velocity, and this trajectory has no problem",
+    ),
+    Case(
+        "critical_points-no-problem",
+        lambda f: gf.critical_points(_without_problem()),
+        ValueError,
+        r"traj has no problem \(gf\.load could not import its class and warned "
+        r"which\).*top level of an importable module.*dataclasses\.replace\(traj, "
+        r"problem=MyProblem\(\.\.\.\)\)",
+    ),
+    # ------------------------------------------------------------ motion saves
+    Case(
+        "SaveAt-motion-1",
+        lambda f: gf.SaveAt(motion=2.0),
+        ValueError,
+        r"motion must be below 1 \(a fraction of the parameters' size between "
+        r"saves\), got motion = 2\.0",
+    ),
+    Case(
+        "SaveAt-motion-negative",
+        lambda f: gf.SaveAt(motion=-0.1),
+        ValueError,
+        r"motion must be finite and > 0, got motion = -0\.1",
+    ),
+    Case(
+        "sweep-motion",
+        lambda f: gf.sweep(
+            [S3], init_scale=1e-3, width=2, saveat=gf.SaveAt(motion=0.01)
+        ),
+        ValueError,
+        r"SaveAt\(motion=0\.01\) is for gradflow\.flow and integrate; "
+        r"gradflow\.sweep saves on its grid only",
+    ),
+    Case(
+        "train_sgd-motion",
+        lambda f: gf.train_sgd(
+            S3, init_scale=1e-2, width=2, context=4, saveat=gf.SaveAt(motion=0.01)
+        ),
+        ValueError,
+        r"SaveAt\(motion=0\.01\) is for gradflow\.flow and integrate; "
+        r"gradflow\.train_sgd saves on its grid only",
+    ),
+    Case(
+        "StageThresholds-saddle_growth",
+        lambda f: gf.StageThresholds(saddle_growth=0.0),
+        ValueError,
+        r"StageThresholds\.saddle_growth must be finite and > 0, got 0\.0",
+    ),
+]
+
+
+def _without_problem() -> gf.Trajectory:
+    """A trajectory of three saves whose problem is unknown (as `gf.load`
+    returns one whose class it cannot import)."""
+    return gf.Trajectory(
+        ts=np.array([0.0, 1.0, 2.0]),
+        loss=np.array([1.0, 0.5, 0.25]),
+        grad_norm=np.ones(3),
+        params=np.zeros((3, 2)),
+        problem=None,
+        settings=gf.FlowSettings(),
+        stats=gf.FlowStats(),
+    )
+
+
+class _Loss(gf.Problem):
+    """A user's problem whose loss is given as a function of a point `p` (an
+    array of 3 numbers): the problems of `START_CASES`."""
+
+    fn: Callable = eqx.field(static=True)
+
+    def loss(self, params):
+        return self.fn(params)
+
+    def init(self, key, init_scale):
+        return init_scale * np.ones(3)
+
+
+def _start(loss, p0=1.0):
+    return gf.flow(
+        _Loss(loss), params=np.full(3, p0), t1=1.0, run=gf.Run(progress=False)
+    )
+
+
+# Bad losses, caught at the start of `gf.flow`: after the arguments passed and
+# the loss was evaluated there once (which compiles it), before any solve (its
+# first state and chunk) is compiled. Same `(id, call, error, match)` as CASES.
+START_CASES = [
+    Case(
+        "flow-loss-vector",
+        lambda f: _start(lambda p: (p - 2.0) ** 2),
+        ValueError,
+        r"_Loss\.loss must return a scalar \(the population loss\), got shape "
+        r"\(3,\) at the starting point; sum or average it to one number",
+    ),
+    Case(
+        "flow-loss-nan",
+        lambda f: _start(lambda p: jnp.sum(jnp.log(p - 10.0))),
+        ValueError,
+        r"_Loss\.loss is not finite at the starting point of _Loss\(\): L = nan; "
+        r"the flow needs a finite loss and gradient at the start",
+    ),
+    Case(
+        "flow-gradient-inf",
+        lambda f: _start(lambda p: jnp.sum(jnp.sqrt(p)), p0=0.0),
+        ValueError,
+        r"the gradient of _Loss\.loss is not finite at the starting point of "
+        r"_Loss\(\): \|grad L\| = inf \(L = 0\)",
+    ),
 ]
 
 
@@ -1695,12 +1838,14 @@ class _CompileEvents:
 
     def __enter__(self):
         self.events: list[str] = []
+        self.names: list[str] = []  # the compiled functions' names
         jax.monitoring.register_event_duration_secs_listener(self._listen)
         return self
 
     def _listen(self, event: str, duration: float, **kwargs) -> None:
         if event.startswith(_COMPILE_EVENT_PREFIX):
             self.events.append(event)
+            self.names.append(str(kwargs.get("fun_name", "")))
 
     def __exit__(self, *exc):
         jax.monitoring.unregister_event_duration_listener(self._listen)
@@ -1738,6 +1883,27 @@ def test_newer_file_names_both_versions(files):
         "gradflow " in str(info.value)
     )
     assert f"reads format versions <= {files.format_version}: " in str(info.value)
+
+
+def test_start_catalogue_is_distinct():
+    ids = [c.id for c in CASES + START_CASES]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("case", START_CASES, ids=[c.id for c in START_CASES])
+def test_bad_loss_at_the_start(case, files):
+    jax.clear_caches()  # so that every compilation of the call is seen
+    with _CompileEvents() as compiled:
+        with pytest.raises(Exception) as excinfo:
+            case.call(files)
+    error = excinfo.value
+    message = str(error)
+    assert type(error) is case.error, f"{type(error).__name__}: {message}"
+    assert "\n" not in message, message
+    assert excinfo.match(case.match)
+    # the loss was evaluated at the start; the solve was never compiled
+    names = " ".join(compiled.names)
+    assert "_init_state" not in names and "_advance" not in names, names
 
 
 # The messages of a solve that fails at run time (one per result code) and

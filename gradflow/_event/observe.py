@@ -6,7 +6,9 @@ conditions located *during* the solve (a vector of values whose zero
 crossings are events, see `watch.py`): with `stages=True` the saddle escape
 and entry (`docs/stages.md`) (the speed $s = t |\nabla L|^2 / \ell$,
 $\ell$ the problem's loss scale, rising through `escape_speed`, falling
-through `entry_speed`, with hysteresis), then the user's
+through `entry_speed`, with hysteresis; a start near a critical point starts
+in the saddle, armed to escape, one that is not starts moving, armed to
+enter: `still`), then the user's
 [`gradflow.Event`][]s. What is made of the saves after the solve (the
 stages) is the problem's `analyse`.
 
@@ -17,7 +19,7 @@ runs the unwrapped solver.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from .._core.records import SADDLE_EVENTS
 from .._problem.base import Problem
@@ -55,12 +57,17 @@ class Observer(eqx.Module):
       (a problem that is not a [`gradflow.StagedProblem`][], or whose
       `loss_scale()` is `None`): the loss at the start (data, so a
       sweep's members each carry their own).
+    - `still`: whether the flow starts near a critical point (in a saddle,
+      where the first saddle event is an escape) or not (moving, where it is
+      an entry): data, decided on the start before the solve
+      (`gradflow/_problem/curvature.py`, `start_speed`); `None`: in a saddle.
     """
 
     stages: bool = eqx.field(static=True)
     thresholds: StageThresholds = eqx.field(static=True)
     events: tuple[Event, ...] = eqx.field(static=True, default=())
     scale: Float[Array, ""] | None = None
+    still: Bool[Array, ""] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,10 +87,15 @@ class Observer(eqx.Module):
         return builtin + (-1,) * len(self.events)
 
     @property
-    def armed0(self) -> tuple[bool, ...]:
-        # A flow starts on the plateau at the origin: in a saddle.
-        builtin = (True, False) if self.stages else ()
-        return builtin + (True,) * len(self.events)
+    def armed0(self) -> tuple[bool, ...] | Bool[Array, " K"]:
+        """Which conditions can fire first: a flow that starts still (in a
+        saddle) can escape, one that starts moving can enter a saddle."""
+        if not self.stages or self.still is None:
+            builtin = (True, False) if self.stages else ()
+            return builtin + (True,) * len(self.events)
+        still = jnp.asarray(self.still, bool)
+        rest = jnp.ones((len(self.events),), bool)
+        return jnp.concatenate([jnp.stack([still, ~still]), rest])
 
     @property
     def watches(self) -> bool:
@@ -104,6 +116,8 @@ class Observer(eqx.Module):
             th = self.thresholds
             values += [s - th.escape_speed, th.entry_speed - s]
         values += [jnp.asarray(e.cond_fn(t, y, problem)) for e in self.events]
+        if not values:  # a watch that records motion saves only
+            return jnp.zeros((0,))
         dtype = jnp.result_type(*values)
         return jnp.stack([jnp.asarray(v, dtype).reshape(()) for v in values])
 

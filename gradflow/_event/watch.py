@@ -14,6 +14,15 @@ and empties it.
 Nothing here stops the solver or restarts it, so the steps taken do not depend
 on the events (the events of a bare and an observed solve are the same steps),
 and a batch of solves under `vmap` never waits at one member's event.
+
+The same wrapper records *motion saves* (`gradflow.SaveAt(motion=...)`):
+after every accepted step it samples the step's dense interpolant at
+`motion_samples` evenly spaced times and records each sample that lies
+further than `motion` times the size of the parameters from the sample last
+recorded, into a second buffer ([`TraceState`][]) that the host empties
+between chunks. Where the flow moves fast these are many, on a plateau
+away from the origin none; they are the solver's own dense output, what a save time there would
+have saved.
 """
 
 from collections.abc import Callable
@@ -40,6 +49,19 @@ def direction_code(direction: bool | None) -> int:
     return EITHER if direction is None else (UP if direction else DOWN)
 
 
+class TraceState(eqx.Module):
+    """The motion saves a [`Watch`][] carries: the point last recorded (flat),
+    the size of the start (a floor for the threshold), and the buffer (`C`
+    slots of time and flat point, `count` filled, `lost` that did not fit)."""
+
+    last: Float[Array, " n"]
+    floor: Float[Array, ""]
+    count: Int[Array, ""]
+    lost: Int[Array, ""]
+    t: Float[Array, " C"]
+    y: Float[Array, "C n"]
+
+
 class WatchState(eqx.Module):
     """The wrapped solver's state plus what the watch carries between steps.
 
@@ -49,7 +71,8 @@ class WatchState(eqx.Module):
       partner waits until that partner fires: hysteresis);
     - `count`, `lost`: records in the buffer, and crossings that did not fit;
     - `t`, `index`, `y`: the buffer (`E` slots): crossing time, condition
-      index, interpolated state there.
+      index, interpolated state there;
+    - `trace`: the motion saves ([`TraceState`][]), or `None`.
     """
 
     inner: PyTree
@@ -60,6 +83,7 @@ class WatchState(eqx.Module):
     t: Float[Array, " E"]
     index: Int[Array, " E"]
     y: PyTree
+    trace: TraceState | None = None
 
 
 class Watch(dfx.AbstractAdaptiveSolver):
@@ -73,7 +97,8 @@ class Watch(dfx.AbstractAdaptiveSolver):
     - `directions`: one code per condition (`UP`, `DOWN`, `EITHER`).
     - `rearm_by`: per condition, `-1` (always armed) or the index of the
       condition whose firing re-arms it after it fired.
-    - `armed0`: which conditions are armed at the start.
+    - `armed0`: which conditions are armed at the start (a tuple, or a
+      boolean array: data, so that a sweep's members may differ).
     - `capacity`: buffer slots (per chunk of steps; the host empties it).
     - `root_rtol`, `root_atol`: the bisection stops when its bracket is shorter
       than `root_atol + root_rtol |t|`.
@@ -81,14 +106,24 @@ class Watch(dfx.AbstractAdaptiveSolver):
       vector field at `(t, y)` when the wrapped solver has computed it there
       anyway (a Rosenbrock-W step ends with it), else `None`. A condition
       built on the gradient then costs no gradient evaluation of its own.
+    - `motion`: record motion saves (see the module docstring): a sample of
+      the step's dense output further than `motion` times the size of the
+      parameters (the Euclidean norm of all of them, at least the start's)
+      from the one last recorded; `None`: none.
+    - `motion_samples`: samples per step; `motion_capacity`: slots of the
+      motion buffer per chunk of steps (a chunk of at most `motion_capacity
+      // motion_samples` steps never overflows it).
     """
 
     solver: dfx.AbstractAdaptiveSolver
     condition: Callable
     directions: tuple[int, ...] = eqx.field(static=True)
     rearm_by: tuple[int, ...] = eqx.field(static=True)
-    armed0: tuple[bool, ...] = eqx.field(static=True)
+    armed0: tuple[bool, ...] | Bool[Array, " K"]
     capacity: int = eqx.field(static=True, default=64)
+    motion: float | None = eqx.field(static=True, default=None)
+    motion_samples: int = eqx.field(static=True, default=8)
+    motion_capacity: int = eqx.field(static=True, default=256)
     root_rtol: float = eqx.field(static=True, default=1e-13)
     root_atol: float = eqx.field(static=True, default=1e-13)
     uses_field: bool = eqx.field(static=True, default=False)
@@ -134,7 +169,49 @@ class Watch(dfx.AbstractAdaptiveSolver):
             t=jnp.full((E,), jnp.inf, jnp.result_type(t0)),
             index=jnp.full((E,), -1, jnp.int32),
             y=jax.tree.map(lambda x: jnp.zeros((E, *x.shape), x.dtype), y0),
+            trace=None if self.motion is None else self._trace0(y0),
         )
+
+    def _trace0(self, y0) -> TraceState:
+        flat = ravel_pytree(y0)[0]
+        C = self.motion_capacity
+        return TraceState(
+            last=flat,
+            floor=jnp.sqrt(jnp.sum(flat**2)),
+            count=jnp.zeros((), jnp.int32),
+            lost=jnp.zeros((), jnp.int32),
+            t=jnp.full((C,), jnp.inf, flat.dtype),
+            y=jnp.zeros((C, flat.shape[0]), flat.dtype),
+        )
+
+    def _trace(self, trace: TraceState, interp, t0, t1) -> TraceState:
+        """Records the samples of one accepted step's dense output that moved
+        far enough from the last record (in order, each against the one
+        before)."""
+        if self.motion is None:
+            return trace
+        m, C = self.motion_samples, self.motion_capacity
+        times = t0 + (t1 - t0) * jnp.arange(1, m + 1, dtype=trace.t.dtype) / m
+        points = jax.vmap(lambda t: ravel_pytree(interp.evaluate(t))[0])(times)
+
+        motion = self.motion
+
+        def one(carry: TraceState, sample):
+            t, y = sample
+            size = jnp.maximum(jnp.sqrt(jnp.sum(carry.last**2)), carry.floor)
+            move = jnp.sqrt(jnp.sum((y - carry.last) ** 2)) >= motion * size
+            fits = carry.count < C
+            slot = jnp.where(move & fits, carry.count, C)  # C: dropped
+            return TraceState(
+                last=jnp.where(move, y, carry.last),
+                floor=carry.floor,
+                count=carry.count + (move & fits).astype(carry.count.dtype),
+                lost=carry.lost + (move & ~fits).astype(carry.lost.dtype),
+                t=carry.t.at[slot].set(t, mode="drop"),
+                y=carry.y.at[slot].set(y, mode="drop"),
+            ), None
+
+        return jax.lax.scan(one, trace, (times, points))[0]
 
     def step(self, terms, t0, t1, y0, args, solver_state: WatchState, made_jump):
         y1, y_error, dense_info, inner, result = self.solver.step(
@@ -151,6 +228,9 @@ class Watch(dfx.AbstractAdaptiveSolver):
         t_root = self._locate(interp, args, fired, before, t0=t0, t1=t1)
         state = self._record(solver_state, interp, fired, t_root)
         state = eqx.tree_at(lambda s: (s.inner, s.value), state, (inner, after))
+        if state.trace is not None:
+            trace = self._trace(state.trace, interp, t0, t1)
+            state = eqx.tree_at(lambda s: s.trace, state, trace)
         return y1, y_error, dense_info, state, result
 
     def _locate(self, interp, args, fired, before, *, t0, t1) -> Float[Array, " K"]:
@@ -225,8 +305,8 @@ class Watch(dfx.AbstractAdaptiveSolver):
 
 
 def empty_buffer(state: WatchState) -> WatchState:
-    """The state with its buffer emptied (after the host has read it)."""
-    return eqx.tree_at(
+    """The state with its buffers emptied (after the host has read them)."""
+    state = eqx.tree_at(
         lambda s: (s.count, s.t, s.index),
         state,
         (
@@ -235,6 +315,22 @@ def empty_buffer(state: WatchState) -> WatchState:
             jnp.full_like(state.index, -1),
         ),
     )
+    if state.trace is None:
+        return state
+    tr = state.trace
+    return eqx.tree_at(
+        lambda s: (s.trace.count, s.trace.t),
+        state,
+        (jnp.zeros_like(tr.count), jnp.full_like(tr.t, jnp.inf)),
+    )
 
 
-__all__ = ["DOWN", "EITHER", "UP", "Watch", "WatchState", "direction_code"]
+__all__ = [
+    "DOWN",
+    "EITHER",
+    "UP",
+    "TraceState",
+    "Watch",
+    "WatchState",
+    "direction_code",
+]

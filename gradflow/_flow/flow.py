@@ -17,6 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._core.records import SADDLE_EVENTS, EventRecord
@@ -34,17 +35,20 @@ from .._loop.loop import (
     make_controller,
     padded_save_times,
 )
+from .._loop.resume import collapsed
 from .._options import Run, SaveAt, Solver
 from .._problem.base import Problem
+from .._problem.curvature import start_speed
 from .._problem.files import configuration, fingerprint
 from .._problem.functions import analyse, problem_loss_scale
 from .._result.codes import RESULTS
 from .._result.info import FlowStats
 from .._result.trajectory import Trajectory
-from .setup import FlowSetup, prepare
+from .setup import FlowSetup, prepare, with_start
 from .solving import (
     DEFAULT_T1,
     check_descent,
+    collapse_message,
     count_grad_evals,
     count_hvps,
     failure_message,
@@ -55,7 +59,7 @@ from .solving import (
 
 # The layout of a flow's checkpoints (the loop state written whole); a
 # checkpoint of an older layout is refused, naming this setting.
-CHECKPOINT_LAYOUT = "loop-state-4"
+CHECKPOINT_LAYOUT = "loop-state-5"
 
 
 class GradientFlow(eqx.Module):
@@ -78,17 +82,28 @@ _save_point = eqx.filter_jit(save_point)
 def make_observer(setup: FlowSetup) -> Observer:
     """What a flow watches during its solve (its `SaveAt`): with stages, the
     saddles, whose speed is measured against the problem's loss scale (or,
-    where it gives none, the loss at the start)."""
+    where it gives none, the loss at the start), starting in a saddle only
+    if the start is near a critical point (its `start_speed` at most
+    `escape_speed`; `gradflow/_problem/curvature.py`)."""
     saveat = setup.saveat
-    scale = None
-    if saveat.stages and problem_loss_scale(setup.problem_dt) is None:
-        start = float(_loss(setup.problem_dt, setup.params0))
-        scale = jnp.asarray(abs(start) if start != 0 else 1.0, setup.dtype)
+    scale, still = None, None
+    if saveat.stages:
+        given = problem_loss_scale(setup.problem_dt)
+        if given is None:
+            start = float(_loss(setup.problem_dt, setup.params0))
+            scale = jnp.asarray(abs(start) if start != 0 else 1.0, setup.dtype)
+            ell = float(scale)
+        else:
+            ell = float(given)
+        if setup.at_start is not None:
+            q0 = start_speed(setup.at_start, ell)
+            still = jnp.asarray(q0 <= saveat.thresholds.escape_speed)
     return Observer(
         stages=saveat.stages,
         thresholds=saveat.thresholds,
         events=saveat.events,
         scale=scale,
+        still=still,
     )
 
 
@@ -104,7 +119,8 @@ def loss_scale(setup: FlowSetup, observer: Observer) -> float:
 
 def solve_spec(setup: FlowSetup, observer: Observer) -> Spec:
     solver = setup.solver
-    if observer.watches:
+    motion = setup.saveat.motion
+    if observer.watches or motion is not None:
         solver = Watch(
             cast(dfx.AbstractAdaptiveSolver, solver),
             observer,
@@ -112,8 +128,13 @@ def solve_spec(setup: FlowSetup, observer: Observer) -> Spec:
             rearm_by=observer.rearm_by,
             armed0=observer.armed0,
             uses_field=observer.uses_field,
+            motion=motion,
         )
     chunk = setup.run.chunk_steps or chunk_steps_for(setup.params0)
+    if motion is not None:
+        # never more motion saves in a chunk than the buffer holds
+        w = cast(Watch, solver)
+        chunk = min(chunk, w.motion_capacity // w.motion_samples)
     return Spec(
         vector_field=GradientFlow(),
         solver=solver,
@@ -148,11 +169,13 @@ def _checkpointer(setup: FlowSetup) -> Checkpointer | None:
     )
 
 
-def solve(setup: FlowSetup, observer: Observer) -> Trajectory:
+def solve(
+    setup: FlowSetup, observer: Observer, checkpoint: Checkpointer | None = None
+) -> Trajectory:
     """The one solve path of [`gradflow.flow`][]: a checked call, an
     `Observer`, the host driving the chunks; returns the
-    [`gradflow.Trajectory`][]."""
-    checkpoint = _checkpointer(setup)
+    [`gradflow.Trajectory`][]. `checkpoint`: the flow's checkpoint, read and
+    checked before its start was (`start_flow`)."""
     spec = solve_spec(setup, observer)
     problem = setup.problem_dt
     # The save buffer has a bucketed length (one compilation for nearby numbers
@@ -187,6 +210,10 @@ def solve(setup: FlowSetup, observer: Observer) -> Trajectory:
         meta = checkpoint.state[0]
         state = jax.tree.map(jnp.asarray, checkpoint.restore("state", state))
         job.records = [EventRecord.from_dict(r) for r in meta["events"]]
+        arrays = checkpoint.state[1]
+        if "dense_t" in arrays:
+            job.dense_t = [np.asarray(arrays["dense_t"])]
+            job.dense_y = [np.asarray(arrays["dense_y"])]
         resumed_from = float(state.t)
     driven = drive(
         job,
@@ -202,6 +229,7 @@ def solve(setup: FlowSetup, observer: Observer) -> Trajectory:
         out_of_steps=job.out_of_steps,
         interrupted=driven.interrupted,
         resumed_from=resumed_from,
+        dense=job.dense(),
     )
     traj = build_trajectory(setup, observer=observer, outcome=outcome)
     if driven.interrupted:
@@ -216,24 +244,28 @@ def solve(setup: FlowSetup, observer: Observer) -> Trajectory:
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """Where one solve stopped (host side): its final loop state, its located
-    events, and why it stopped."""
+    events, why it stopped, and its motion saves (`(times, flat points)`,
+    empty without `SaveAt(motion=...)`)."""
 
     state: LoopState
     records: list[EventRecord]
     out_of_steps: bool
     interrupted: bool
     resumed_from: float | None
+    dense: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros((0, 0)))
 
 
 def _saves(setup: FlowSetup, state: LoopState, ok: bool):
-    """The saved points reached, as NumPy arrays; a failed solve also keeps its
-    last finite state, so no computed work is lost (the one rule for the last
-    point)."""
+    """The saved points reached, as NumPy arrays, and `(count, first time)` of
+    those left out for a loss that is not finite; a failed solve also keeps
+    its last finite state, so no computed work is lost (the one rule for the
+    last point)."""
     n = setup.ts.shape[0]  # the save buffer may be longer (padded_save_times)
     filled = np.asarray(state.filled)[:n]
     saved = jax.tree.map(lambda x: np.asarray(x)[:n][filled], state.saved)
     ts_out = setup.ts[filled]
     keep = np.isfinite(saved["loss"])
+    dropped = (int(np.sum(~keep)), float(ts_out[~keep][0]) if not keep.all() else 0.0)
     saved = jax.tree.map(lambda x: x[keep], saved)
     ts_out = ts_out[keep]
     t_final = float(state.t)
@@ -245,7 +277,57 @@ def _saves(setup: FlowSetup, state: LoopState, ok: bool):
         if np.isfinite(last["loss"]):
             saved = jax.tree.map(lambda a, b: np.concatenate([a, b[None]]), saved, last)
             ts_out = np.append(ts_out, t_final)
-    return ts_out, saved
+    return ts_out, saved, dropped
+
+
+def _with_motion_saves(setup: FlowSetup, ts_out, saved, dense):
+    """The saves with the motion saves (`SaveAt(motion=...)`) merged in, in
+    time order: what every save holds evaluated at each recorded point; a
+    time already on the grid keeps the grid's save."""
+    times, flat = dense
+    if not times.size:
+        return ts_out, saved
+    unravel = ravel_pytree(setup.params0)[1]
+    fresh = ~np.isin(times, ts_out)
+    points = [
+        jax.tree.map(
+            np.asarray,
+            _save_point(
+                jnp.asarray(t, setup.dtype), unravel(jnp.asarray(y)), setup.problem_dt
+            ),
+        )
+        for t, y in zip(times[fresh], flat[fresh], strict=True)
+    ]
+    keep = [i for i, p in enumerate(points) if np.isfinite(p["loss"])]
+    if not keep:
+        return ts_out, saved
+    extra = jax.tree.map(lambda *xs: np.stack(xs), *[points[i] for i in keep])
+    ts_all = np.concatenate([ts_out, times[fresh][keep]])
+    order = np.argsort(ts_all, kind="stable")
+    merged = jax.tree.map(
+        lambda a, b: np.concatenate([a, b.astype(a.dtype)])[order], saved, extra
+    )
+    return ts_all[order], merged
+
+
+def _no_success_without_saves(code, detail: str, ts_out, dropped):
+    """`(code, detail)` once the saves are known: a solve that reached `t1`
+    but saved a loss that is not finite is `nonfinite`, and one that kept no
+    point at all is `no_saves` (never a success)."""
+    count, t_bad = dropped
+    if code == RESULTS.successful and count:
+        code = RESULTS.nonfinite
+        detail = (
+            f"the loss was not finite at {count} save(s) from t = {t_bad:.6g} on, "
+            "though the solver reached t1 with a finite gradient; those saves are "
+            "left out. Check the loss's value where it is flat (a NaN or "
+            "infinite value behind a stop_gradient, say)"
+        )
+    if ts_out.size == 0:
+        why = detail or RESULTS[code]
+        code = RESULTS.no_saves
+        detail = f"no save time was reached with a finite loss: {why}"
+    return code, detail
 
 
 def _code(setup: FlowSetup, state: LoopState, outcome: Outcome):
@@ -260,7 +342,36 @@ def _code(setup: FlowSetup, state: LoopState, outcome: Outcome):
     if code == RESULTS.successful:
         return code, ""
     t = float(state.t)
+    if code == RESULTS.dt_min_reached and bool(collapsed(state.controller_state)):
+        return RESULTS.step_collapsed, _collapse_detail(setup, state)
     return code, failure_message(code, t, setup.t1, setup.max_steps)
+
+
+def _size(params) -> float:
+    return float(np.sqrt(sum(np.sum(np.square(x)) for x in jax.tree.leaves(params))))
+
+
+def _collapse_detail(setup: FlowSetup, state: LoopState) -> str:
+    last = _loss(setup.problem_dt, jax.tree.map(jnp.asarray, state.y))
+    return collapse_message(
+        float(state.t),
+        setup.t1,
+        loss=float(last),
+        size=_size(jax.tree.map(np.asarray, state.y)),
+        loss0=float(_loss(setup.problem_dt, setup.params0)),
+        size0=_size(jax.tree.map(np.asarray, setup.params0)),
+    )
+
+
+def in_rest(record: EventRecord, rests, window: float) -> bool:
+    """Whether a saddle event located during the solve falls in one of the
+    analysis's `rests` (stretches that passed no saddle), widened by `window`
+    e-folds of $t$ on each side (the located and the interpolated boundary of
+    one crossing differ by a fraction of the rate window)."""
+    if record.name not in SADDLE_EVENTS:
+        return False
+    grow = float(np.exp(window))
+    return any(lo / grow <= record.t <= hi * grow for lo, hi in rests)
 
 
 def build_trajectory(
@@ -270,7 +381,9 @@ def build_trajectory(
     (a solo flow's or a sweep member's)."""
     state = outcome.state
     code, detail = _code(setup, state, outcome)
-    ts_out, saved = _saves(setup, state, bool(code == RESULTS.successful))
+    ts_out, saved, dropped = _saves(setup, state, bool(code == RESULTS.successful))
+    ts_out, saved = _with_motion_saves(setup, ts_out, saved, outcome.dense)
+    code, detail = _no_success_without_saves(code, detail, ts_out, dropped)
     if code == RESULTS.successful:
         detail = check_descent(ts_out, saved["loss"], setup.rtol)
         if detail:
@@ -293,9 +406,15 @@ def build_trajectory(
             if k not in ("loss", "grad_norm")
         }
         # The plateau boundaries are the saddle events located during the
-        # solve; the other stage boundaries are interpolated between saves.
+        # solve (but those where the analysis found the flow passing no
+        # saddle); the other stage boundaries are interpolated between saves.
         derived = [e for e in analysis.events if e.name not in SADDLE_EVENTS]
-        events = tuple(sorted(list(outcome.records) + derived, key=lambda e: e.t))
+        located = [
+            e
+            for e in outcome.records
+            if not in_rest(e, analysis.rests, observer.thresholds.rate_window)
+        ]
+        events = tuple(sorted(located + derived, key=lambda e: e.t))
     return Trajectory(
         ts=ts_out,
         loss=saved["loss"],
@@ -405,7 +524,16 @@ def flow(
         solver=solver,
         run=run,
     )
-    return solve(setup, make_observer(setup))
+    setup, checkpoint = start_flow(setup)
+    return solve(setup, make_observer(setup), checkpoint)
+
+
+def start_flow(setup: FlowSetup) -> tuple[FlowSetup, Checkpointer | None]:
+    """The checkpoint of a prepared flow (a checkpoint of another call refused
+    before anything is compiled), then its start checked
+    ([`with_start`][gradflow._flow.setup.with_start])."""
+    checkpoint = _checkpointer(setup)
+    return with_start(setup), checkpoint
 
 
 __all__ = [
@@ -415,7 +543,9 @@ __all__ = [
     "build_trajectory",
     "event_record",
     "flow",
+    "in_rest",
     "make_observer",
     "solve",
     "solve_spec",
+    "start_flow",
 ]

@@ -3,6 +3,7 @@ argument validated (one-line errors naming the argument and its value), the
 starting point drawn or checked, the tolerances and settings derived."""
 
 import dataclasses
+import math
 import time
 import warnings
 from typing import Any
@@ -22,7 +23,14 @@ from .._core.validate import (
 )
 from .._options import Run, SaveAt, as_run, as_saveat, as_solver
 from .._problem.base import Problem
-from .._problem.functions import astype, check_problem, check_start, initial_size
+from .._problem.curvature import StartPoint, start_point
+from .._problem.functions import (
+    astype,
+    check_problem,
+    check_start,
+    describe,
+    initial_size,
+)
 from .._result.info import FlowSettings
 from .solving import (
     default_save_times,
@@ -47,6 +55,41 @@ def initial_point(problem: Problem, *, init_scale, params, seed: int, dtype):
         draw = problem.init(jax.random.key(seed), init_scale)
         return jax.tree.map(lambda x: jnp.asarray(x, dtype), draw), init_scale
     return check_start(problem, params, dtype), None
+
+
+def check_loss_at_start(problem: Problem, params) -> StartPoint:
+    """The loss, $|\nabla L|$ and $|H\nabla L|$ at the start, after checking
+    that the loss is a scalar there (from its shape alone, before anything is
+    evaluated) and that the loss and its gradient are finite: a one-line
+    `ValueError` naming the shape or the value otherwise, before any solve."""
+    name = f"{type(problem).__name__}.loss"
+    out = jax.eval_shape(problem.loss, params)
+    shape = getattr(out, "shape", None)
+    if shape is None or shape != ():
+        got = f"shape {tuple(shape)}" if shape is not None else type(out).__name__
+        raise ValueError(
+            f"{name} must return a scalar (the population loss), got {got} at the "
+            "starting point; sum or average it to one number"
+        )
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(
+            f"{name} must return a floating-point scalar, got dtype {out.dtype}"
+        )
+    point = start_point(problem, params)
+    where = f"at the starting point of {describe(problem)}"
+    if not math.isfinite(point.loss):
+        raise ValueError(
+            f"{name} is not finite {where}: L = {point.loss}; the flow needs a "
+            "finite loss and gradient at the start (start elsewhere, or check the "
+            "loss's domain)"
+        )
+    if not math.isfinite(point.grad_norm):
+        raise ValueError(
+            f"the gradient of {name} is not finite {where}: |grad L| = "
+            f"{point.grad_norm} (L = {point.loss:.6g}); the flow needs a finite "
+            "gradient at the start (start elsewhere, or check the loss's domain)"
+        )
+    return point
 
 
 def thresholds_dict(thresholds) -> dict[str, Any]:
@@ -74,6 +117,7 @@ class FlowSetup(eqx.Module):
     start: float
     saveat: SaveAt
     run: Run
+    at_start: StartPoint | None = None
 
 
 def prepare(
@@ -81,7 +125,9 @@ def prepare(
 ) -> FlowSetup:
     """Validates the arguments of a flow (raising a clear error naming the
     argument and its value) and builds the initial point. Nothing touches JAX
-    until every argument has passed."""
+    until every argument has passed; the loss at the start is checked after
+    that (and after a checkpoint of another call is refused) by
+    [`with_start`][], before any solve."""
     start = time.perf_counter()
     problem = check_problem(problem)
     saveat, options, run = as_saveat(saveat), as_solver(solver), as_run(run)
@@ -125,6 +171,7 @@ def prepare(
         events=tuple(e.name for e in saveat.events)
         if (saveat.events or saveat.stages)
         else None,
+        motion=saveat.motion,
     )
     return FlowSetup(
         problem=problem,
@@ -144,4 +191,18 @@ def prepare(
     )
 
 
-__all__ = ["FlowSetup", "initial_point", "prepare"]
+def with_start(setup: FlowSetup) -> FlowSetup:
+    """`setup` with the loss checked at its start ([`check_loss_at_start`][])
+    and the values there recorded (`at_start`); the first JAX work of a flow,
+    after every argument and the checkpoint have passed."""
+    point = check_loss_at_start(setup.problem_dt, setup.params0)
+    return dataclasses.replace(setup, at_start=point)
+
+
+__all__ = [
+    "FlowSetup",
+    "check_loss_at_start",
+    "initial_point",
+    "prepare",
+    "with_start",
+]

@@ -260,6 +260,30 @@ def failure_message(code, t_reached: float, t1: float, max_steps: int) -> str:
     )
 
 
+def collapse_message(
+    t_reached: float, t1: float, *, loss: float, size: float, loss0: float, size0: float
+) -> str:
+    """One line for a solve whose step size collapsed
+    (`gradflow.RESULTS.step_collapsed`): where, $|\theta|$ and $L$ at the last
+    accepted step against the start, and what it most likely means."""
+    grew = size > 10 * max(size0, 1e-300) or loss < loss0 - 10 * max(abs(loss0), 1)
+    why = (
+        "the flow appears to blow up in finite time there: the loss may be "
+        "unbounded below along it (check the loss, or end before this time "
+        "with a smaller t1)"
+        if grew
+        else "the vector field may be non-smooth or not finite near this point "
+        "(check the loss and its gradient there)"
+    )
+    return (
+        f"the step size collapsed at t = {t_reached:.8g} of t1 = {t1:.6g} (a step "
+        f"below the round-off of t, or 100 rejected in a row): at the last "
+        f"accepted step |theta| = {size:.6g} (|theta| = {size0:.6g} at the start) "
+        f"and L = {loss:.6g} (L = {loss0:.6g} at the start); {why}. Everything up "
+        "to there is kept"
+    )
+
+
 def check_descent(ts, loss, rtol: float) -> str:
     r"""Checks that the saved loss never rises: along the exact flow
     $dL/dt = -|\nabla L|^2 \le 0$. Returns `""`, or a one-line message
@@ -297,6 +321,7 @@ __all__ = [
     "DEFAULT_T1",
     "SOLVERS",
     "check_descent",
+    "collapse_message",
     "count_grad_evals",
     "count_hvps",
     "w_rank",

@@ -309,6 +309,24 @@ def read_buffer(state: LoopState) -> tuple[LoopState, list[Crossing]]:
 _empty = eqx.filter_jit(empty_buffer)
 
 
+def read_trace(state: LoopState) -> tuple[LoopState, np.ndarray, np.ndarray]:
+    """Takes the motion saves out of a [`Watch`][]'s second buffer (host
+    side): `(state with an empty buffer, times (m,), flat points (m, n))`."""
+    ws = state.solver_state
+    if not isinstance(ws, WatchState) or ws.trace is None:
+        return state, np.zeros(0), np.zeros((0, 0))
+    tr = ws.trace
+    if int(tr.lost) > 0:  # (a chunk is short enough that this cannot happen)
+        raise RuntimeError(
+            f"more than {tr.t.shape[0]} motion saves within one chunk of steps"
+        )
+    n = int(tr.count)
+    ts, ys = np.asarray(tr.t)[:n], np.asarray(tr.y)[:n]
+    if n:
+        state = eqx.tree_at(lambda s: s.solver_state, state, _empty(ws))
+    return state, ts, ys
+
+
 class LoopJob(Job):
     """One solve's chunks for the driver: advance the loop state towards
     `t1`, stop at `max_steps`, read the located events (each turned into a
@@ -325,6 +343,9 @@ class LoopJob(Job):
         self.record, self.on_event = record, on_event
         self.records: list[Any] = []
         self.out_of_steps = False
+        # motion saves: times and flat points (SaveAt(motion=...))
+        self.dense_t: list[np.ndarray] = []
+        self.dense_y: list[np.ndarray] = []
 
     def running(self, state: LoopState) -> bool:
         if not bool(is_running(state)):
@@ -343,14 +364,27 @@ class LoopJob(Job):
             self.records.append(record)
             if self.on_event is not None:
                 self.on_event(record, crossing)
+        state, ts, ys = read_trace(state)
+        if ts.size:
+            self.dense_t.append(ts)
+            self.dense_y.append(ys)
         return state, bool(new)
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """The motion saves so far: `(times (m,), flat points (m, n))`."""
+        if not self.dense_t:
+            return np.zeros(0), np.zeros((0, 0))
+        return np.concatenate(self.dense_t), np.concatenate(self.dense_y)
 
     def progress(self, state: LoopState):
         return float(state.t), None
 
     def snapshot(self, state: LoopState):
         meta = {"t_now": float(state.t), "events": [r.to_dict() for r in self.records]}
-        return meta, pack_state(state)
+        arrays = pack_state(state)
+        if self.dense_t:
+            arrays["dense_t"], arrays["dense_y"] = self.dense()
+        return meta, arrays
 
 
 def pack_state(state: LoopState) -> dict[str, np.ndarray]:
@@ -372,5 +406,6 @@ __all__ = [
     "make_controller",
     "pack_state",
     "read_buffer",
+    "read_trace",
     "run_chunk",
 ]

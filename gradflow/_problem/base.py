@@ -137,12 +137,16 @@ class BoundedProblem(Problem):
 class Analysis(eqx.Module):
     """What is made of a solved trajectory after its solve (by the generic
     stages, or a [`gradflow.StagedProblem`][]'s `analyse`): its stages, their
-    boundaries as event records, and arrays saved at every save time
-    (`traj.extras`)."""
+    boundaries as event records, arrays saved at every save time
+    (`traj.extras`), and `rests`: the `(t_start, t_end)` of every stretch
+    where the flow slowed down as on a plateau but passed no saddle (a rest
+    at a minimum, a slow stable stretch; `docs/stages.md`), inside which the
+    saddle events located during the solve are dropped (default: none)."""
 
     stages: tuple[Stage, ...]
     events: tuple[EventRecord, ...]
     extras: dict[str, np.ndarray]
+    rests: tuple[tuple[float, float], ...] = ()
 
 
 class StagedProblem(ObservedProblem):

@@ -21,7 +21,7 @@ from jaxtyping import PyTree
 from .._core.records import stage_events
 from .._core.validate import check_finite_entries
 from .._loop.loop import save_buffer_size
-from .._stages import generic_stages, matrix_spectra
+from .._stages import matrix_spectra, stages_and_rests
 from .base import (
     Analysis,
     BoundedProblem,
@@ -30,6 +30,7 @@ from .base import (
     SampledProblem,
     StagedProblem,
 )
+from .curvature import start_point, start_speed, unstable_rate
 
 
 # Entries of one observed point's largest intermediate times the points
@@ -255,15 +256,62 @@ def generic_analysis(
     thresholds,
     loss_scale: float,
 ) -> Analysis:
-    """The generic analysis of a solved trajectory: the observables at every
+    r"""The generic analysis of a solved trajectory: the observables at every
     save (`extras`, in the dtype of the saves) and the generic stages on them
-    (`plateau`, `drop`, `rank`; `docs/stages.md`). `loss_scale` is the flow's
-    $\\ell$. A [`gradflow.StagedProblem`][] may build on it."""
-    extras = observe_saves(astype(problem, params_dtype(params)), ts, params)
-    stages = generic_stages(
-        ts, loss, extras, loss_scale=loss_scale, thresholds=thresholds
+    (`plateau`, `drop`, `rank`; `docs/stages.md`): whether the flow starts
+    still is read from the start's gradient and curvature
+    ([`start_speed`][gradflow._problem.curvature.start_speed]), and each
+    candidate plateau is kept only where the flow passes a saddle
+    ([`saddle_test`][]). `loss_scale` is the flow's $\ell$. A
+    [`gradflow.StagedProblem`][] may build on it."""
+    problem = astype(problem, params_dtype(params))
+    extras = observe_saves(problem, ts, params)
+    ts = np.asarray(ts, np.float64)
+    still = None
+    if ts.size and ts[0] == 0:
+        first = jax.tree.map(lambda x: jnp.asarray(x[0]), params)
+        q0 = start_speed(start_point(problem, first), loss_scale)
+        still = bool(q0 <= thresholds.escape_speed)
+    stages, rests = stages_and_rests(
+        ts,
+        loss,
+        extras,
+        loss_scale=loss_scale,
+        thresholds=thresholds,
+        start_still=still,
+        saddle=saddle_test(problem, params, thresholds.saddle_growth),
     )
-    return Analysis(stages=stages, events=stage_events(stages), extras=extras)
+    return Analysis(
+        stages=stages, events=stage_events(stages), extras=extras, rests=rests
+    )
+
+
+@eqx.filter_jit
+def _grad_norm(problem: Problem, params):
+    grad = jax.grad(problem.loss)(params)
+    return jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
+
+
+def saddle_test(problem: Problem, params: PyTree, growth: float):
+    r"""The saddle test of the generic stages for saved points `params` (a
+    leading time axis): a candidate plateau spanning saves `lo..hi` and
+    ending at `t_end` is a saddle if the top growth rate $\lambda_u$ of the
+    flow linearised at its closest approach to a critical point (the save of
+    least $|\nabla L|$: [`unstable_rate`][gradflow._problem.curvature.unstable_rate])
+    satisfies $\lambda_u\,t_{\text{end}} \ge$ `growth`; `None` where the
+    rate is not finite (kept)."""
+
+    def test(lo: int, hi: int, t_end: float) -> bool | None:
+        points = [
+            jax.tree.map(lambda x, i=i: jnp.asarray(x[i]), params)
+            for i in range(lo, hi + 1)
+        ]
+        norms = [float(_grad_norm(problem, p)) for p in points]
+        best = points[int(np.nanargmin(norms))] if np.isfinite(norms).any() else None
+        rate = None if best is None else unstable_rate(problem, best)
+        return None if rate is None else bool(rate * t_end >= growth)
+
+    return test
 
 
 def analyse(
@@ -306,4 +354,5 @@ __all__ = [
     "observe_saves",
     "params_dtype",
     "problem_loss_scale",
+    "saddle_test",
 ]

@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._core.errors import is_number, show
 from .._core.records import Record
 from .._problem.base import Problem
 from .._problem.functions import describe
@@ -75,13 +76,29 @@ class AbstractResult(eqx.Module):
         return self.at(-1)
 
     def at(self, i: int):
-        """The parameters at save `i` (one point, no time axis)."""
-        return jax.tree.map(lambda x: x[i], self.params)
+        """The parameters at save `i` (one point, no time axis): `i` is an
+        integer in `[-len(self), len(self))`, as for a list; a float or an
+        index out of range is a one-line error (for a time, a
+        [`gradflow.Trajectory`][] has `at_time`)."""
+        n = len(self)
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            hint = (
+                f"; for the point at the time t = {i}, use traj.at_time({i})"
+                if is_number(i) and hasattr(self, "at_time")
+                else ""
+            )
+            raise TypeError(f"at takes a save index (an integer), got {show(i)}{hint}")
+        if not -n <= int(i) < n:
+            raise IndexError(
+                f"save index {int(i)} is out of range: the result has {n} saves "
+                f"(indices 0 to {n - 1}, or -{n} to -1)"
+            )
+        return jax.tree.map(lambda x: x[int(i)], self.params)
 
     @property
     def t_final(self) -> float:
-        """The last time reached (`settings.t1` when `ok`)."""
-        return float(self.ts[-1])
+        """The last time reached (`settings.t1` when `ok`; NaN without saves)."""
+        return float(self.ts[-1]) if len(self) else float("nan")
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])

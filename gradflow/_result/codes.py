@@ -19,12 +19,18 @@ class RESULTS(eqx.Enumeration):
     - `max_steps_reached`: it ran out of solver steps (`max_steps`);
     - `nonfinite`: a value became infinite or NaN;
     - `dt_min_reached`: the step size fell below the solver's minimum;
+    - `step_collapsed`: the step size collapsed (a step rejected with a size
+      below the round-off of $t$, or 100 steps rejected in a row): the solve
+      cannot go on, most often because the flow blows up in finite time (a
+      loss unbounded below); the solve ends at once, keeping what it computed;
     - `implicit_solve_failed`: the inner linear or nonlinear solve of an
       implicit solver failed;
     - `loss_rose`: the saved loss rose, which the exact gradient flow never
       does: the solve lost the flow;
     - `interrupted`: stopped by Ctrl-C (the partial result is kept);
-    - `solver_failed`: any other failure the solver reported.
+    - `solver_failed`: any other failure the solver reported;
+    - `no_saves`: no save time was reached with a finite loss, so the result
+      holds no point at all.
     """
 
     successful = ""
@@ -35,6 +41,8 @@ class RESULTS(eqx.Enumeration):
     loss_rose = "the saved loss rose: the solve lost the gradient flow"
     interrupted = "the run was interrupted"
     solver_failed = "the solver failed"
+    step_collapsed = "the step size collapsed: the flow may blow up here"
+    no_saves = "no save time was reached with a finite loss"
 
 
 def result_name(code) -> str:

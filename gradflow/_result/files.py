@@ -172,14 +172,28 @@ def read_problem(path, entry, arrays: dict, prefix: str = "problem/"):
     problem = problem_from_file(entry, own)
     if problem is None:
         warnings.warn(
-            f"'{path}': its problem, of class {entry['class']}, cannot be imported "
-            "here (a class defined in a script's __main__?), so the result is "
-            "loaded without it (problem=None); define the class in an importable "
-            "module to keep it",
+            f"'{path}': {unimportable(entry['class'])}, so the result is loaded "
+            "without it (problem=None; the theory and the figures need it). "
+            "Define the class at the top level of a module of its own (say "
+            "myproblem.py, on the Python path), import it from there, and save "
+            "the result again",
             UserWarning,
             stacklevel=4,
         )
     return problem
+
+
+def unimportable(class_path: str) -> str:
+    """Why a file's problem class (`module:qualname`) cannot be imported
+    here, in words."""
+    module, _, qualname = class_path.partition(":")
+    if module == "__main__":
+        why = "it was defined in a script run as __main__, which another run cannot import"
+    elif "<locals>" in qualname:
+        why = "it was defined inside a function"
+    else:
+        why = f"the module {module} or its class {qualname} is not found here"
+    return f"its problem's class {class_path} cannot be imported ({why})"
 
 
 def legacy_problem(path, settings: dict, tokens, P, pi):

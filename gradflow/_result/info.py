@@ -43,12 +43,14 @@ class FlowSettings(SolveSettings):
     fields of every solve (`t1`, `solver`, `max_steps`, `dtype`, `num_saves`,
     `solver_options`, `stages`, `thresholds`, `events`) and its start and
     tolerances: `init_scale` (`None` for a given start), `seed`, `rtol`,
-    `atol`."""
+    `atol`; and `motion`, the `SaveAt(motion=...)` of its dense saves where
+    the flow moves fast (`None`: the grid of `num_saves` only)."""
 
     init_scale: float | None = None
     seed: int = 0
     rtol: float = 0.0
     atol: float = 0.0
+    motion: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,7 +92,8 @@ def _prepare(problem, params, *, init_scale, seed, t1, sgd, saveat, run, options
     argument), opens the checkpoint (refusing one of another call), and draws
     the keys."""
     start_time = time.perf_counter()
-    sgd, saveat, run = as_sgd(sgd), as_saveat(saveat), as_run(run)
+    sgd, run = as_sgd(sgd), as_run(run)
+    saveat = as_saveat(saveat, entry="gradflow.train_sgd")
     problem = check_sampled(as_problem(problem, params=params, **options))
     jdtype = check_dtype(sgd.dtype)
     t1 = check_positive_finite("t1", t1)

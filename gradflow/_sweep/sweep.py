@@ -25,7 +25,7 @@ from .._core.errors import is_number, show
 from .._core.records import EventRecord
 from .._core.validate import check_init_scale, check_seed
 from .._flow.flow import Outcome, build_trajectory, make_observer, solve_spec
-from .._flow.setup import prepare
+from .._flow.setup import prepare, with_start
 from .._flow.solving import DEFAULT_T1
 from .._loop.checkpoint import Checkpointer, pack_tree, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
@@ -40,7 +40,7 @@ from .lanes import LaneJob
 from .result import RESERVED_COLUMNS, Member, Sweep, SweepSettings, SweepStats
 
 
-CHECKPOINT_LAYOUT = "sweep-state-3"
+CHECKPOINT_LAYOUT = "sweep-state-4"
 
 
 # -- validation (nothing here touches JAX) -------------------------------------
@@ -259,17 +259,16 @@ class _Plan:
     given_params: bool
     members: tuple[Member, ...]
     setups: tuple[Any, ...]  # one `setup.FlowSetup` per member
-    observers: tuple[Any, ...]  # one `observe.Observer` per member
+    observers: tuple[Any, ...]  # one `observe.Observer` per member (once started)
     devices: tuple
     batch_size: int  # members of a device stepped together under `vmap`
     run: Run
 
 
 def _prepare_members(problems, axes, params, labels, *, solo: dict):
-    """`(setups, observers, members)`: every member prepared as a solo flow
-    (the shared arguments are checked by the first one, before any member is
-    drawn)."""
-    setups, observers, members = [], [], []
+    """`(setups, members)`: every member prepared as a solo flow (the shared
+    arguments are checked by the first one, before any member is drawn)."""
+    setups, members = [], []
     for i, (c, scale, seed, k) in enumerate(axes):
         point = None if k is None else jax.tree.map(lambda x, k=k: x[k], params)
         try:
@@ -282,7 +281,6 @@ def _prepare_members(problems, axes, params, labels, *, solo: dict):
                 raise
             raise type(e)(f"member {i}: {e}") from None
         setups.append(setup)
-        observers.append(make_observer(setup))
         members.append(
             Member(
                 index=i,
@@ -293,7 +291,20 @@ def _prepare_members(problems, axes, params, labels, *, solo: dict):
                 labels={name: v[c] for name, v in labels.items()},
             )
         )
-    return tuple(setups), tuple(observers), tuple(members)
+    return tuple(setups), tuple(members)
+
+
+def _start_members(plan: "_Plan") -> "_Plan":
+    """Every member's start checked ([`with_start`][gradflow._flow.setup.with_start]:
+    the first JAX work, after the checkpoint), and what each watches."""
+    setups = []
+    for i, setup in enumerate(plan.setups):
+        try:
+            setups.append(with_start(setup))
+        except ValueError as e:
+            raise ValueError(f"member {i}: {e}") from None
+    observers = tuple(make_observer(s) for s in setups)
+    return dataclasses.replace(plan, setups=tuple(setups), observers=observers)
 
 
 def _plan(
@@ -301,15 +312,14 @@ def _plan(
 ) -> _Plan:
     """Checks every argument of `sweep` (in the order of its errors) and
     prepares every member."""
-    saveat, solver, run = as_saveat(saveat), as_solver(solver), as_run(run, sweep=True)
+    saveat = as_saveat(saveat, entry="gradflow.sweep")
+    solver, run = as_solver(solver), as_run(run, sweep=True)
     problems = check_problems(problems, params, **options)
     labels = check_labels(labels, len(problems))
     axes = member_axes(problems, init_scale, params, seeds)
     devices = _check_devices(run.devices)
     solo = dict(t1=t1, saveat=saveat, solver=solver, run=run_of_member(run))
-    setups, observers, members = _prepare_members(
-        problems, axes, params, labels, solo=solo
-    )
+    setups, members = _prepare_members(problems, axes, params, labels, solo=solo)
     per_device = -(-len(setups) // len(devices))
     batch_size = run.batch_size
     if batch_size is None:
@@ -323,7 +333,7 @@ def _plan(
         given_params=params is not None,
         members=members,
         setups=setups,
-        observers=observers,
+        observers=(),
         devices=devices,
         batch_size=min(batch_size, per_device),
         run=run,
@@ -610,6 +620,7 @@ def sweep(
     )  # fmt: skip
     settings = _settings(plan)
     ckpt = _checkpointer(plan, settings)
+    plan = _start_members(plan)
     specs = [solve_spec(s, o) for s, o in zip(plan.setups, plan.observers, strict=True)]
     solve = _solve_lanes if uses_lanes(plan) else _solve_sharded
     solved = solve(plan, specs, ckpt)

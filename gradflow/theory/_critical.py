@@ -10,7 +10,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._core.threads import with_limited_blas_threads
-from .._problem.functions import loss_floor, problem_loss_scale
+from .._problem.curvature import start_point, start_speed
+from .._problem.functions import astype, loss_floor, params_dtype, problem_loss_scale
 from .._result.trajectory import Trajectory
 from ._checks import (
     as_problem,
@@ -176,6 +177,16 @@ def _loss_scale(traj: Trajectory) -> float:
     return abs(float(traj.loss[0])) if scale is None else float(scale)
 
 
+def _starts_still(traj: Trajectory, scale: float, threshold: float) -> bool:
+    """Whether the flow of `traj` starts near a critical point (`True` where
+    its problem is unknown: the saves alone cannot tell)."""
+    if traj.problem is None:
+        return True
+    first = traj.at(0)
+    problem = astype(traj.problem, params_dtype(first))
+    return start_speed(start_point(problem, first), scale) <= threshold
+
+
 def plateaus(
     traj: Trajectory, threshold: float = DEFAULT_PLATEAU_THRESHOLD, merge: float = 0.1
 ) -> list[tuple[int, int, int]]:
@@ -204,6 +215,9 @@ def plateaus(
     span = _loss_scale(traj)
     q = ts * g**2 / max(span, 1e-12)
     on = q < threshold
+    if on[0] and ts[0] == 0 and not _starts_still(traj, span, threshold):
+        # the run from t = 0 is slow only because t is small
+        on[: int(np.argmin(on)) if not on.all() else on.size] = False
     runs: list[list[int]] = []
     for i in np.flatnonzero(on):
         if runs and (
@@ -241,8 +255,12 @@ def critical_points(
     problem = traj.problem
     if problem is None:
         raise ValueError(
-            "traj has no problem (its class could not be imported when it was "
-            "loaded); critical points need the loss"
+            "traj has no problem (gf.load could not import its class and warned "
+            "which), and critical points need the loss: define the class at the "
+            "top level of an importable module (a file on the Python path, not a "
+            "script run as __main__ nor a function), then rerun and save the "
+            "flow, or give the loaded trajectory its problem back: "
+            "dataclasses.replace(traj, problem=MyProblem(...))"
         )
     out = []
     for a, best, b in plateaus(traj, threshold):

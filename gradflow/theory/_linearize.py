@@ -1,5 +1,7 @@
-"""The flow linearised at a point of any problem: flat views of the loss,
-its gradient, Hessian and Hessian-vector products, Lanczos, and `linearize`."""
+"""The flow linearised at a point of any problem: `linearize`, on the flat
+views of the loss, its gradient, Hessian and Hessian-vector products and the
+Lanczos iteration of `gradflow/_problem/curvature.py` (shared with the
+generic stages, which read the curvature too)."""
 
 import functools
 
@@ -7,74 +9,24 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._core.threads import with_limited_blas_threads
-from .._problem.base import Problem
+from .._problem.curvature import (
+    DEFAULT_MAX_DENSE,
+    flat_grad,
+    flat_hessian,
+    flat_hvp,
+    flatten_params,
+    lanczos,
+    shape_of,
+    unflatten_like,
+    unravel_for,
+)
 from ._checks import as_problem, check_method, check_point, check_rel_tol
 
 
-DEFAULT_MAX_DENSE = 2000
 DEFAULT_REL_TOL = 1e-6
-
-
-# ---------------------------------------------------------------------------
-# Flat views of the loss
-# ---------------------------------------------------------------------------
-
-
-def flatten_params(params) -> jax.Array:
-    """A point of any problem as one vector: its leaves raveled in PyTree order
-    (for the paper's model `W0, W1, WQ, WK`, then a variant's `WV`, `gain`,
-    `bias`, those that are present)."""
-    return ravel_pytree(params)[0]
-
-
-def unflatten_like(x: jax.Array, like: PyTree) -> PyTree:
-    """The inverse of [`flatten_params`][gradflow.theory.flatten_params]: the
-    vector `x` as a point of the structure and shapes of `like` (a point, or
-    its `jax.eval_shape`)."""
-    return _unravel(shape_of(like))(x)
-
-
-def shape_of(params):
-    """The shapes and dtypes of a point (a static description: one compilation
-    of the flat functions per problem and shape)."""
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(
-            np.shape(x), x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
-        ),
-        params,
-    )
-
-
-def _unravel(like):
-    return ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), like))[1]
-
-
-@eqx.filter_jit
-def flat_grad(x, problem: Problem, like):
-    """$\nabla L$ at the flat point `x` (`like`: [`shape_of`][] a point)."""
-    return ravel_pytree(jax.grad(problem.loss)(_unravel(like)(x)))[0]
-
-
-@eqx.filter_jit
-def flat_hessian(x, problem: Problem, like):
-    """The dense Hessian at the flat point `x`."""
-    unravel = _unravel(like)
-    return jax.hessian(lambda y: problem.loss(unravel(y)))(x)
-
-
-@eqx.filter_jit
-def flat_hvp(x, problem: Problem, like, vector):
-    """The Hessian-vector product at the flat point `x`."""
-    unravel = _unravel(like)
-
-    def grad(y):
-        return ravel_pytree(jax.grad(problem.loss)(unravel(y)))[0]
-
-    return jax.jvp(grad, (x,), (vector,))[1]
 
 
 def leaf_names(params) -> tuple[str, ...]:
@@ -107,57 +59,6 @@ def gauge_rank(problem, params) -> int:
     paper's model: `docs/theory.md`)."""
     del problem, params
     return -1
-
-
-# ---------------------------------------------------------------------------
-# Lanczos
-# ---------------------------------------------------------------------------
-
-
-def lanczos(
-    matvec, n: int, num_iters: int, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    r"""Ritz pairs of a symmetric operator from `num_iters` Lanczos steps.
-
-    Full re-orthogonalisation (twice, Gram-Schmidt against every previous
-    Lanczos vector), so the Ritz values carry no spurious copies. With
-    `num_iters = n` the result is the full spectrum up to round-off.
-
-    **Arguments:** `matvec` maps a float64 vector of length `n` to one of the
-    same length; `num_iters` in `[1, n]`; `seed` fixes the start vector.
-
-    **Returns:** `(values, vectors)`: Ritz values in descending order, shape
-    `(k,)`, and unit Ritz vectors, shape `(k, n)`, with `k <= num_iters` (fewer
-    if the Krylov space closes early).
-    """
-    if not 1 <= num_iters <= n:
-        raise ValueError(
-            f"num_iters must lie in [1, n = {n}], got num_iters = {num_iters}"
-        )
-    rng = np.random.default_rng(seed)
-    Q = np.zeros((num_iters + 1, n))
-    q = rng.standard_normal(n)
-    Q[0] = q / np.linalg.norm(q)
-    alphas, betas = [], []
-    scale = 0.0
-    for j in range(num_iters):
-        w = np.asarray(matvec(Q[j]), dtype=np.float64)
-        alpha = float(w @ Q[j])
-        alphas.append(alpha)
-        for _ in range(2):
-            w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)
-        beta = float(np.linalg.norm(w))
-        scale = max(scale, abs(alpha), beta)
-        if j == num_iters - 1 or beta <= 1e-12 * max(scale, 1e-300):
-            break
-        betas.append(beta)
-        Q[j + 1] = w / beta
-    k = len(alphas)
-    T = np.diag(alphas) + np.diag(betas[: k - 1], 1) + np.diag(betas[: k - 1], -1)
-    values, S = np.linalg.eigh(T)
-    order = np.argsort(values)[::-1]
-    vectors = (Q[:k].T @ S[:, order]).T
-    return values[order], vectors
 
 
 # ---------------------------------------------------------------------------
@@ -318,7 +219,7 @@ def linearize(
         values, vectors = values[:k], vectors[:k]
         gauge = -1
     scale = float(np.max(np.abs(values))) if values.size else 0.0
-    modes = jax.vmap(_unravel(like))(jnp.asarray(vectors))
+    modes = jax.vmap(unravel_for(like))(jnp.asarray(vectors))
     return Linearization(
         eigenvalues=values,
         modes=modes,
