@@ -157,11 +157,11 @@ def figure(init: dict, context: dict, out: Path) -> None:
     ax.set_yscale("log")
     ax.set_xticks(scales, [f"{s:g}" for s in scales])
     ax.minorticks_off()
-    ax.set_ylim(top=20 * float(np.nanmax(t_random)))
+    ax.set_ylim(top=60 * float(np.nanmax(t_random)))
     ax.set_xlabel("initial scale")
     ax.set_ylabel("half-learning time $t_j$")
     ax.set_title("the 1/init_scale law (slope -1)", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="upper right", ncol=2)
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
     rows = context["rows"]
     Ns = np.array([r["N"] for r in rows])
     levels = np.array([r["levels"] for r in rows])
