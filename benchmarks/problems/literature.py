@@ -60,18 +60,24 @@ def deep_linear_literature(out: dict) -> list[dict]:
         out[f"saxe_error_rtol_{tol:g}"] = err
     traj = gf.flow(DEEP, **DEEP_KW)
     levels = [0.5 * float(np.sum(S[k:] ** 2)) for k in range(4)]
+    # three plateaus (saddles), then the rest at the minimum (L = 0), which
+    # the stages do not call a plateau: its level at the last save
     plateaus = [s for s in traj.stages if s.name == "plateau"]
-    for k, (p, level) in enumerate(zip(plateaus, levels, strict=True)):
-        i = closest(traj, p)
+    assert len(plateaus) == len(levels) - 1, traj.stages
+    for k, level in enumerate(levels):
+        if k < len(plateaus):
+            i, where = closest(traj, plateaus[k]), "at the plateau's least |grad L|"
+            name = f"plateau {k + 1} level"
+        else:
+            i, where, name = len(traj.ts) - 1, "at the last save", "level at the end"
         rows.append(
             row(
-                f"plateau {k + 1} level (random start, init 1e-4)",
+                f"{name} (random start, init 1e-4)",
                 "L = 1/2 sum_{b>k} s_b^2",
                 SAXE,
                 level,
                 float(traj.loss[i]),
-                "loss at the plateau's least |grad L|"
-                + ("" if level else "; error: the absolute loss"),
+                f"loss {where}" + ("" if level else "; error: the absolute loss"),
             )
         )
     deep_linear_rates(traj, out)

@@ -325,6 +325,8 @@ def _(
     - `saddle S: cubic escape of direction j` where it is 0: $\lambda_j^2$
       against [`in_context_cubic_rate`][gradflow.theory.in_context_cubic_rate]
       from the plateau on;
+    - `level at the end, directions S`: $L_S$ against the loss at the last
+      save, where the run ends past its last plateau;
     - at the end, the learnt components $\tilde\Gamma_{ii}$ against
       $\gamma_i$ (the largest relative error);
     - from the aligned balanced start, each direction's half-learning time
@@ -359,6 +361,17 @@ def _(
                 problem, traj, plateau=plateau, S=S, nxt=nxt, points=points
             )
     S = _learnt(modes[-1], gamma)
+    if not saves or _learnt(modes[saves[-1][0]], gamma) != S:
+        # the rest after the last drop is no plateau (a plateau is a rest
+        # near a saddle, and this one is past the last drop): its level
+        rows.append(
+            report_row(
+                f"level at the end, directions {_name(S)}",
+                in_context_level(problem, S),
+                loss[-1],
+                f"loss at the last save, t = {traj.ts[-1]:.4g}",
+            )
+        )
     if S:
         err = np.abs(modes[-1, list(S)] / gamma[list(S)] - 1).max()
         row = report_row(

@@ -18,10 +18,7 @@ $A_i = (1 + \frac1N)\lambda_i + \frac\tau N$ and $M_i = A_i\lambda_i$:
   a free head, cubically, not exponentially;
 - from the aligned balanced start the directions decouple and each follows
   $\dot c = \lambda_j^2c^2(1 - c^3/\gamma_j)$, solved in closed form;
-- the rows of the theory report (registered with
-  [`gradflow.theory.report_rows`][]): each plateau's level against the
-  staircase, and a row saying the escape is not exponential where the
-  closed form gives rate 0 (the cubic escape).
+- (the rows of the theory report are registered in `report.py`).
 """
 
 import itertools
@@ -32,13 +29,6 @@ import numpy as np
 
 from ..._core.errors import show
 from ..._core.validate import check_positive_finite
-from ...theory._report import (
-    not_exponential_row,
-    passed,
-    report_row,
-    report_rows,
-    saddle_rows,
-)
 from .problem import Heads, InContextRegression, MergedHeads, SeparateHeads
 
 
@@ -284,75 +274,6 @@ def in_context_learning_time(
             f"c0 = {show(c0)}"
         )
     return (cubic_antiderivative(c1, g) - cubic_antiderivative(c, g)) / lam[:k] ** 2
-
-
-# -- the theory report ----------------------------------------------------------
-
-
-def _level_index(levels: np.ndarray, loss: float) -> int | None:
-    """`k` where `loss` is the staircase level $L_{1..k}$ (to 1e-6), else
-    `None`."""
-    close = np.flatnonzero(np.abs(levels - loss) <= 1e-6 * np.maximum(1.0, levels))
-    return int(close[0]) if close.size else None
-
-
-def _closed_rate(problem: InContextRegression, k: int) -> float | None:
-    """The closed-form escape rate from the in-order saddle with the `k`
-    leading directions learnt (`None` where it is not derived: the merged
-    model away from the origin)."""
-    if problem.key_dim is None:
-        return in_context_saddle_rate(problem) if k == 0 else None
-    return in_context_saddle_rate(problem, tuple(range(k)))
-
-
-def _cubic_note(problem: InContextRegression, k: int, t: float) -> str:
-    free = "every head is free" if k == 0 else f"key_dim = {problem.key_dim}"
-    return (
-        f"t* = {t:.4g}: the closed form's top rate at the in-order saddle with "
-        f"directions 1..{k} learnt is 0 ({free}): direction {k + 1} is learnt "
-        "through a free head, cubically, at about t = 1/(lambda^2 c(0)) "
-        "(docs/problems.md, 'The escape is cubic'); no exponential rate to compare"
-    )
-
-
-@report_rows.register
-def _(problem: InContextRegression, traj, points):
-    r"""In-context regression's rows: for each plateau whose refined critical
-    point lies on the staircase ($L_{1..k}$, `in_context_staircase`), its
-    level against the closed form; where the closed-form escape rate of the
-    in-order saddle there is 0 (separate key and query with $r = 1$, and the
-    origin, where every head is free) and the flow left it, a row that says
-    the escape is cubic, not exponential, instead of comparing the small rate
-    of whatever point the refinement finds near the degenerate saddle. Every
-    other critical point gets the rows of every problem (its Hessian's rate
-    against the flow): with $r \ge 2$ the flow may pass another saddle at a
-    level than the closed form's, one head carrying two directions."""
-    levels = in_context_staircase(problem)
-    if problem.key_dim is None:
-        top = problem.dimension
-    else:
-        top = min(problem.dimension, problem.heads * problem.key_dim)
-    rows, generic = [], []
-    for j, cp in enumerate(points):
-        k = _level_index(levels, cp.loss)
-        if k is None or k >= top or not cp.converged:
-            generic.append(j)
-            continue
-        rows.append(
-            report_row(
-                f"plateau {k + 1} loss ({k} directions learnt)",
-                levels[k],
-                cp.loss,
-                f"t* = {cp.t:.4g}: the refined point against the staircase level "
-                f"L_(1..{k}) (in_context_staircase)",
-            )
-        )
-        rate = _closed_rate(problem, k)
-        if rate is None or rate > 1e-12:
-            generic.append(j)
-        elif passed(traj, points, j):
-            rows.append(not_exponential_row(cp, _cubic_note(problem, k, cp.t)))
-    return rows + saddle_rows(traj, points, generic)
 
 
 __all__ = [
