@@ -1,4 +1,4 @@
-"""An independent NumPy implementation of SPEC section 3: the loss and a
+"""An independent NumPy implementation of `docs/model.md` ("Population loss"): the loss and a
 hand-derived gradient (no autodiff), used to check gradflow's JAX code."""
 
 import numpy as np

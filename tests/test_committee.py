@@ -1,4 +1,4 @@
-"""The soft committee machine (`gf.problems.Committee`, SPEC section 11) against
+"""The soft committee machine (`gf.problems.Committee`, `docs/problems.md`) against
 the literature: Saad and Solla (1995).
 
 - The closed-form loss against Monte-Carlo estimates from `sample` and

@@ -1,4 +1,4 @@
-"""The deep linear network (`gf.problems.DeepLinear`, SPEC section 11) against
+"""The deep linear network (`gf.problems.DeepLinear`, `docs/problems.md`) against
 the literature: Saxe, McClelland and Ganguli (2014).
 
 - The closed-form loss against Monte-Carlo estimates from `sample` and

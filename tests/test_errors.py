@@ -1175,7 +1175,7 @@ CASES = [
         ValueError,
         r"method must be 'auto', 'dense' or 'lanczos', got 'qr'",
     ),
-    # the problems beyond the paper (SPEC section 11)
+    # the problems beyond the paper (`docs/problems.md`)
     Case(
         "DeepLinear-sigma_xx-not-square",
         lambda f: gf.problems.DeepLinear(np.ones((2, 3)), np.ones((2, 3)), (2,)),

@@ -1,4 +1,4 @@
-"""Model variants (SPEC section 9) against an independent NumPy implementation,
+"""Model variants (`docs/variants.md`) against an independent NumPy implementation,
 the finite-context limit, finite differences, the entropy floor, the minimal
 model's bit-identity, and the linear regime near the origin derived in
 docs/variants.md."""
@@ -13,7 +13,7 @@ from reference import sample_sequences
 import gradflow as gf
 
 
-EPS = 1e-5  # SPEC section 9's epsilon
+EPS = 1e-5  # docs/variants.md's epsilon
 
 # Each ingredient alone, then combinations.
 MODELS = [
@@ -81,7 +81,7 @@ def random_variant(model, d, m, scale, seed):
 
 
 # --------------------------------------------------------------------------
-# An independent NumPy implementation of SPEC section 9 (loops over layers,
+# An independent NumPy implementation of `docs/variants.md` (loops over layers,
 # heads and positions; no shared code with gradflow).
 
 
@@ -110,7 +110,7 @@ def _np_norm(X, model, w):
 
 
 def np_population(p, P, pi):
-    """(loss, attention (L, H, d, d)) of SPEC section 9."""
+    """(loss, attention (L, H, d, d)) of `docs/variants.md`."""
     model, w = p.model, _np(p)
     X = w["W0"]
     attn = np.zeros((model.layers, model.heads, X.shape[1], X.shape[1]))
@@ -281,7 +281,7 @@ def test_minimal_model_is_todays_params_bit_for_bit():
         np.array_equal(a, b) for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(q))
     )
 
-    # today's formula (SPEC section 3), written out: the Params path is exactly it
+    # today's formula (`docs/model.md`), written out: the Params path is exactly it
     @jax.jit
     def today(params, chain):
         E = params.W0

@@ -326,7 +326,8 @@ def _(
       against [`in_context_cubic_rate`][gradflow.theory.in_context_cubic_rate]
       from the plateau on;
     - `level at the end, directions S`: $L_S$ against the loss at the last
-      save, where the run ends past its last plateau;
+      save, where the run comes to rest after its last drop (the drop
+      complete) at no plateau;
     - at the end, the learnt components $\tilde\Gamma_{ii}$ against
       $\gamma_i$ (the largest relative error);
     - from the aligned balanced start, each direction's half-learning time
@@ -361,7 +362,9 @@ def _(
                 problem, traj, plateau=plateau, S=S, nxt=nxt, points=points
             )
     S = _learnt(modes[-1], gamma)
-    if not saves or _learnt(modes[saves[-1][0]], gamma) != S:
+    moves = [s for s in traj.stages if s.name in ("plateau", "drop")]
+    at_rest = bool(moves) and moves[-1].name == "drop" and moves[-1].complete
+    if at_rest and (not saves or _learnt(modes[saves[-1][0]], gamma) != S):
         # the rest after the last drop is no plateau (a plateau is a rest
         # near a saddle, and this one is past the last drop): its level
         rows.append(
