@@ -4,16 +4,16 @@ the solve (`docs/problems.md`, "Generic stages"), and the pieces every stage det
 - [`gradflow.StageThresholds`][]: the detectors' thresholds, one place for
   their defaults.
 - `Curves`: saved curves of a trajectory with interpolation between saves
-  (linear in $\log t$), secant rates per unit $\log t$, and threshold
-  crossings located between saves.
+  (linear in $\log t$), secant rates per unit $\log t$, threshold
+  crossings located between saves, and the stage record between two points.
 - `plateau_intervals`: the candidate saddles of a trajectory, by hysteresis
   on its speed $s = -\frac{dL}{d\log t}/\ell$ (the same rule as the saddle
   events located during the solve).
-- `generic_stages`: the stages of every problem: `plateau` (a candidate
+- `stages_and_rests`: the stages of every problem: `plateau` (a candidate
   that a saddle test keeps: the flow near a critical point with an unstable
   direction), `drop` (from one plateau to the next) and `rank` (a change in
   the number of singular values of a matrix parameter above `rank_tol` times
-  its largest).
+  its largest), and the candidates that the saddle test dropped.
 - `observe_saves`: a problem's observables at every saved point, batched.
 
 The paper's model adds its own stages on top of these
@@ -222,6 +222,19 @@ class Curves:
             return y[i]
         return y[i] + f * (y[i + 1] - y[i])
 
+    def stage(self, name: str, loss: np.ndarray, a: Point, b: Point, **fields) -> Stage:
+        """The [`gradflow.Stage`][] `name` from `a` to `b` (`(i, f)` points):
+        its times and the `loss` curve's values there, with its other
+        `fields` (`cycle`, ...)."""
+        return Stage(
+            name=name,
+            t_start=self.time(*a),
+            t_end=self.time(*b),
+            loss_start=self.at(loss, *a),
+            loss_end=self.at(loss, *b),
+            **fields,
+        )
+
     def crossings(self, y: np.ndarray, level: float, up: bool, lo: int = 0):
         """`(i, f)` of every crossing of `level` by `y` (upwards or downwards),
         from save `lo` on: `y[i] <= level < y[i+1]` (or the mirror), at the
@@ -300,15 +313,7 @@ def plateau_intervals(
 def _stage(c: Curves, loss, name: str, *, cycle: int, a: Point, b: Point | None):
     last = (c.ts.shape[0] - 1, 0.0)
     end = last if b is None else b
-    return Stage(
-        name=name,
-        cycle=cycle,
-        t_start=c.time(*a),
-        t_end=c.time(*end),
-        loss_start=c.at(loss, *a),
-        loss_end=c.at(loss, *end),
-        complete=b is not None,
-    )
+    return c.stage(name, loss, a, end, cycle=cycle, complete=b is not None)
 
 
 def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
@@ -324,19 +329,7 @@ def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
     out, current = [], int(rank[0])
     for p, up in sorted(changes):
         current += 1 if up else -1
-        t = c.time(*p)
-        out.append(
-            Stage(
-                name="rank",
-                cycle=0,
-                t_start=t,
-                t_end=t,
-                loss_start=c.at(loss, *p),
-                loss_end=c.at(loss, *p),
-                leaf=name,
-                rank=current,
-            )
-        )
+        out.append(c.stage("rank", loss, p, p, cycle=0, leaf=name, rank=current))
     return out
 
 
@@ -346,7 +339,7 @@ def _rank_changes(c: Curves, loss, name: str, sv: np.ndarray, tol: float):
 SaddleTest = Callable[[int, int, float], bool | None]
 
 
-def generic_stages(
+def stages_and_rests(
     ts,
     loss,
     observations: Mapping[str, Any],
@@ -355,9 +348,11 @@ def generic_stages(
     thresholds,
     start_still: bool | None = None,
     saddle: SaddleTest | None = None,
-) -> tuple[Stage, ...]:
+) -> tuple[tuple[Stage, ...], tuple[tuple[float, float], ...]]:
     r"""The stages every problem has (`docs/problems.md`), from curves saved along a
-    trajectory:
+    trajectory, and the `(t_start, t_end)` of every candidate plateau that the
+    saddle test dropped (the saddle events located during the solve inside
+    them are dropped too). The stages:
 
     - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
       fall per unit $\log t$ against the loss scale $\ell$) falling through
@@ -385,30 +380,6 @@ def generic_stages(
     the cycle of the plateau or drop it falls in. Non-finite trailing saves (a
     solve that stopped early) are ignored.
     """
-    return stages_and_rests(
-        ts,
-        loss,
-        observations,
-        loss_scale=loss_scale,
-        thresholds=thresholds,
-        start_still=start_still,
-        saddle=saddle,
-    )[0]
-
-
-def stages_and_rests(
-    ts,
-    loss,
-    observations: Mapping[str, Any],
-    *,
-    loss_scale: float,
-    thresholds,
-    start_still: bool | None = None,
-    saddle: SaddleTest | None = None,
-) -> tuple[tuple[Stage, ...], tuple[tuple[float, float], ...]]:
-    """[`generic_stages`][] and the `(t_start, t_end)` of every candidate
-    plateau that the saddle test dropped (the saddle events located during
-    the solve inside them are dropped too)."""
     th = thresholds
     ts, loss = np.asarray(ts, np.float64), np.asarray(loss, np.float64)
     n = int(np.argmin(np.isfinite(loss))) if not np.isfinite(loss).all() else ts.size
@@ -481,7 +452,6 @@ def matrix_spectra(params) -> dict[str, jax.Array]:
 __all__ = [
     "Curves",
     "StageThresholds",
-    "generic_stages",
     "log_time",
     "matrix_spectra",
     "plateau_intervals",

@@ -490,6 +490,22 @@ def check_analysis_outputs(args: argparse.Namespace, out: Output) -> None:
         raise ValueError(str(e)) from None
 
 
+def open_output(args: argparse.Namespace, *, resuming: bool) -> Output:
+    """The command's `--out` folder, checked before anything is solved (see
+    `Output`; `resuming`: the command continues from its checkpoint) with
+    what `--netcdf` and `--animate` need (`check_analysis_outputs`); kept
+    as `args.output`, where a Ctrl-C reads what was written."""
+    out = Output(
+        args.out,
+        overwrite=args.overwrite,
+        resuming=resuming,
+        argv=getattr(args, "argv", None),
+    )
+    args.output = out
+    check_analysis_outputs(args, out)
+    return out
+
+
 def write_analysis_outputs(
     result, args: argparse.Namespace, out: Output, stem: str | Path
 ) -> list[Path]:
@@ -561,6 +577,7 @@ __all__ = [
     "is_file",
     "flag_names",
     "flow_options",
+    "open_output",
     "run_options",
     "speak_flags",
     "write_analysis_outputs",

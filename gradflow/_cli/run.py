@@ -4,7 +4,7 @@ and figures."""
 import sys
 
 from . import common
-from .common import INPUT_ERRORS, Output, fail, write_csv
+from .common import INPUT_ERRORS, fail, write_csv
 from .preload import preload_figures
 from .problems import (
     GENERIC_EVENT_FIELDS,
@@ -74,14 +74,7 @@ def _run(args) -> int:
         choice.fill_defaults(args, "run")
         ((problem, description),) = choice.build()
         saveat, solver, options = common.flow_options(args)
-        out = Output(
-            args.out,
-            overwrite=args.overwrite,
-            resuming=common.is_file(args.checkpoint),
-            argv=getattr(args, "argv", None),
-        )
-        args.output = out
-        common.check_analysis_outputs(args, out)
+        out = common.open_output(args, resuming=common.is_file(args.checkpoint))
         traj = gf.flow(
             problem,
             args.init_scale,

@@ -179,14 +179,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--num-saves must be at least 2, got {args.num_saves}")
         common.check_start_and_time(args)
         sgd = _sgd(args)
-        out = Output(
-            args.out,
-            overwrite=args.overwrite,
-            resuming=common.is_file(args.checkpoint),
-            argv=getattr(args, "argv", None),
-        )
-        args.output = out
-        common.check_analysis_outputs(args, out)
+        out = common.open_output(args, resuming=common.is_file(args.checkpoint))
         run = gf.train_sgd(
             problem,
             init_scale=args.init_scale,

@@ -169,14 +169,7 @@ def run(args) -> int:
         built = choice.build()
         grouped = groups(choice, [p for p, _ in built])
         again = any(common.is_file(_checkpoint(args.checkpoint, g)) for g, _ in grouped)
-        out = Output(
-            args.out,
-            overwrite=args.overwrite,
-            resuming=again,
-            argv=getattr(args, "argv", None),
-        )
-        args.output = out
-        common.check_analysis_outputs(args, out)
+        out = common.open_output(args, resuming=again)
     except INPUT_ERRORS as e:
         return fail(args, e)
     phases = getattr(choice.plugin, "SWEEP_PHASES", GENERIC_PHASES)

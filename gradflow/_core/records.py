@@ -12,7 +12,7 @@ detectors, sweeps, the file format, the CSV writers and the plots.
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 
 _R = TypeVar("_R", bound="Record")
@@ -23,7 +23,10 @@ class Record:
     """The base of every record: frozen, typed fields; `to_dict` gives a
     JSON-able dict (lists for tuples) and `from_dict` reads it back, also
     from a dict that lacks fields with defaults or holds unknown keys (files
-    written by older versions)."""
+    written by older versions) or that names a field by an older name."""
+
+    # The keys of older files that name a field differently: old -> field.
+    _renamed: ClassVar[Mapping[str, str]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of every field (tuples as lists)."""
@@ -35,11 +38,16 @@ class Record:
 
     @classmethod
     def from_dict(cls: type[_R], record: Mapping[str, Any]) -> _R:
-        """A record from `to_dict`'s output (unknown keys are dropped)."""
+        """A record from `to_dict`'s output (unknown keys are dropped; an
+        older name of a field is read as the field unless both are there)."""
         if isinstance(record, cls):
             return record
+        values = dict(record)
+        for old, new in cls._renamed.items():
+            if old in values and new not in values:
+                values[new] = values.pop(old)
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(record).items() if k in names})
+        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def _set(record, name: str, value) -> None:

@@ -9,12 +9,16 @@ gradflow but the other foundations (`_errors`, `_custom_types`).
 """
 
 import math
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .errors import is_number, show
+
+
+_T = TypeVar("_T")
 
 
 def _got(name: str, value, echo_name: bool) -> str:
@@ -176,6 +180,15 @@ def check_covariance(name: str, value) -> np.ndarray:
     return S
 
 
+def check_problem_of(problem, cls: type[_T], what: str) -> _T:
+    """The `problem` of a result, or a one-line `TypeError` unless it is a
+    `cls`: "expected `what` (the result it must be, e.g. "a trajectory of a
+    gradflow.problems.DeepLinear"), got one of" the problem's type."""
+    if not isinstance(problem, cls):
+        raise TypeError(f"expected {what}, got one of {type(problem).__name__}")
+    return problem
+
+
 __all__ = [
     "as_float_array",
     "check_covariance",
@@ -186,6 +199,7 @@ __all__ = [
     "check_integer",
     "check_number",
     "check_positive_finite",
+    "check_problem_of",
     "check_save_times",
     "check_seed",
     "is_integer",

@@ -279,17 +279,28 @@ class Crossing:
     y: Any
 
 
-def read_buffer(state: LoopState) -> tuple[LoopState, list[Crossing]]:
+_empty = eqx.filter_jit(empty_buffer)
+
+
+def read_buffer(
+    state: LoopState,
+    *,
+    empty: Callable[[WatchState], WatchState] = _empty,
+    member: int | None = None,
+) -> tuple[LoopState, list[Crossing]]:
     """Takes the crossings out of a [`Watch`][] buffer (host side), returning
-    the state with an empty buffer. Raises if crossings did not fit."""
+    the state with an empty buffer (`empty(ws)`: the watch state with its
+    buffer emptied; by default `empty_buffer`, compiled). Raises if crossings
+    did not fit (naming the sweep's `member` whose state it is, if given)."""
     ws = state.solver_state
     if not isinstance(ws, WatchState):
         return state, []
     if int(ws.lost) > 0:
+        where = "" if member is None else f"member {member}: "
         raise RuntimeError(
-            f"more than {ws.t.shape[0]} events fired within one chunk of steps "
-            f"(up to t = {float(state.t):.6g}); a condition is chattering around "
-            "its threshold"
+            f"{where}more than {ws.t.shape[0]} events fired within one chunk of "
+            f"steps (up to t = {float(state.t):.6g}); a condition is chattering "
+            "around its threshold"
         )
     n = int(ws.count)
     if n == 0:
@@ -302,11 +313,8 @@ def read_buffer(state: LoopState) -> tuple[LoopState, list[Crossing]]:
         Crossing(float(ts[i]), int(idx[i]), jax.tree.map(lambda x, i=i: x[i], ys))
         for i in range(n)
     ]
-    state = eqx.tree_at(lambda s: s.solver_state, state, _empty(ws))
+    state = eqx.tree_at(lambda s: s.solver_state, state, empty(ws))
     return state, out
-
-
-_empty = eqx.filter_jit(empty_buffer)
 
 
 def read_trace(state: LoopState) -> tuple[LoopState, np.ndarray, np.ndarray]:

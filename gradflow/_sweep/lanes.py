@@ -41,7 +41,7 @@ from .._event.watch import WatchState
 from .._flow.flow import event_record
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
-from .._loop.loop import Crossing, run_chunk
+from .._loop.loop import Crossing, read_buffer, run_chunk
 from .batch import stack
 
 
@@ -78,31 +78,6 @@ def _emptied(ws: WatchState, device) -> WatchState:
             )
         ),
     )
-
-
-def _take_crossings(state, device, member: int):
-    """`(state with an empty event buffer, crossings read)`, as the solo loop
-    reads them (`loop.read_buffer`)."""
-    ws = state.solver_state
-    if not isinstance(ws, WatchState):
-        return state, []
-    if int(ws.lost) > 0:
-        raise RuntimeError(
-            f"member {member}: more than {ws.t.shape[0]} events fired within one "
-            f"chunk of steps (up to t = {float(state.t):.6g}); a condition is "
-            "chattering around its threshold"
-        )
-    n = int(ws.count)
-    if n == 0:
-        return state, []
-    ts, idx = _host(ws.t)[:n], _host(ws.index)[:n]
-    ys = jax.tree.map(lambda x: _host(x)[:n], ws.y)
-    out = [
-        Crossing(float(ts[j]), int(idx[j]), jax.tree.map(lambda x, j=j: x[j], ys))
-        for j in range(n)
-    ]
-    state = eqx.tree_at(lambda s: s.solver_state, state, _emptied(ws, device))
-    return state, out
 
 
 def _put(tree, device):
@@ -195,7 +170,9 @@ class LaneJob(Job):
         while not self._stop.is_set():
             state = run_chunk(spec, problem, ts, t1, state)
             running, steps = bool(_host(state.running)), int(_host(state.num_steps))
-            state, crossings = _take_crossings(state, device, i)
+            state, crossings = read_buffer(
+                state, empty=lambda ws: _emptied(ws, device), member=i
+            )
             self._first_chunk.set()
             self._publish(i, state, running, steps, crossings)
             if not running or steps >= self.max_steps:

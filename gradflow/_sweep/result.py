@@ -6,8 +6,9 @@ and its file (written and read with the one result schema of
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import numpy as np
@@ -73,14 +74,8 @@ class Member(Record):
     start: int | None = None
     labels: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, record) -> "Member":
-        """Reads `to_dict`'s output, and the members of gradflow 0.1.0's files
-        (which named the problem index `chain`)."""
-        record = dict(record)
-        if "chain" in record and "problem" not in record:
-            record["problem"] = record.pop("chain")
-        return super().from_dict(record)
+    # gradflow 0.1.0's files named the problem index `chain`
+    _renamed: ClassVar[Mapping[str, str]] = {"chain": "problem"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +95,8 @@ class SweepSettings(SolveSettings):
     atol: tuple[float, ...] = ()
     labels: dict[str, list] = dataclasses.field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, record) -> "SweepSettings":
-        """Reads `to_dict`'s output, and the settings of gradflow 0.1.0's files
-        (which counted the problems as `num_chains`)."""
-        record = dict(record)
-        if "num_chains" in record and "num_problems" not in record:
-            record["num_problems"] = record.pop("num_chains")
-        return super().from_dict(record)
+    # gradflow 0.1.0's files counted the problems as `num_chains`
+    _renamed: ClassVar[Mapping[str, str]] = {"num_chains": "num_problems"}
 
 
 @dataclasses.dataclass(frozen=True)

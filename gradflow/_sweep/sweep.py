@@ -35,6 +35,7 @@ from .._problem.adapt import as_problem
 from .._problem.base import Problem
 from .._problem.files import configuration, fingerprint
 from .._problem.functions import describe
+from .._result.info import SolveSettings
 from .batch import SweepJob, build_batch, stack, to_host
 from .lanes import LaneJob
 from .result import RESERVED_COLUMNS, Member, Sweep, SweepSettings, SweepStats
@@ -347,21 +348,15 @@ def run_of_member(run: Run) -> Run:
 
 
 def _settings(plan: _Plan) -> SweepSettings:
-    """The settings of the sweep: those its members share, and the lists of
-    what differs (initial scales, seeds, tolerances)."""
+    """The settings of the sweep: those its members share (the fields of
+    `SolveSettings`, read from the first member's), and the lists of what
+    differs (initial scales, seeds, tolerances)."""
     first = plan.setups[0].settings
     members, setups = plan.members, plan.setups
     random = not plan.given_params
+    shared = {f.name: getattr(first, f.name) for f in dataclasses.fields(SolveSettings)}
     return SweepSettings(
-        t1=first.t1,
-        solver=first.solver,
-        max_steps=first.max_steps,
-        dtype=first.dtype,
-        num_saves=first.num_saves,
-        solver_options=first.solver_options,
-        stages=first.stages,
-        thresholds=first.thresholds,
-        events=first.events,
+        **shared,
         num_members=len(setups),
         num_problems=len(plan.problems),
         init_scale=(

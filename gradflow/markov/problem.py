@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from .._core.errors import show
-from .._core.validate import check_integer
+from .._core.validate import check_integer, check_problem_of
 from .._problem.adapt import as_problem
 from .._problem.base import Analysis, BoundedProblem, SampledProblem, StagedProblem
 from .._problem.files import register_legacy_problem
@@ -307,12 +307,11 @@ def _(
 def chain_of(result) -> MarkovChain:
     """The chain of a result (a trajectory, sweep member or SGD run) of the
     paper's model, or a `TypeError` saying what the result is of."""
-    problem = getattr(result, "problem", None)
-    if not isinstance(problem, MarkovAttention):
-        raise TypeError(
-            "expected a result of the paper's model (gradflow.problems."
-            f"MarkovAttention), got one of {type(problem).__name__}"
-        )
+    problem = check_problem_of(
+        getattr(result, "problem", None),
+        MarkovAttention,
+        "a result of the paper's model (gradflow.problems.MarkovAttention)",
+    )
     return problem.chain
 
 

@@ -282,16 +282,14 @@ class _Detection:
     def rec(self, name, cycle, a, b, tokens=(), *, complete=True, **extra):
         """Appends the stage `name` of `cycle` from `a` to `b` (`(i, f)`
         points; `b` is `None` while it is still open)."""
-        c, loss = self.c, self.c.obs["loss"]
         b = self.last if b is None else b
         self.records.append(
-            Stage(
-                name=name,
+            self.c.stage(
+                name,
+                self.c.obs["loss"],
+                a,
+                b,
                 cycle=cycle,
-                t_start=c.time(*a),
-                t_end=c.time(*b),
-                loss_start=c.at(loss, *a),
-                loss_end=c.at(loss, *b),
                 tokens=tuple(tokens),
                 token_labels=tuple(self.labels[k] for k in tokens),
                 complete=complete,

@@ -8,6 +8,7 @@ r"""Figures of a deep linear network ([`gradflow.problems.DeepLinear`][]).
 
 import numpy as np
 
+from ..._core.validate import check_problem_of
 from ..._problem.functions import describe
 from ..._result.trajectory import Trajectory
 from ...plot._base import check_trajectory, pyplot, shade_stages
@@ -18,13 +19,11 @@ from .theory import saxe_learning_time, saxe_mode_strength
 
 def _deep_linear(traj) -> DeepLinear:
     """The problem of a trajectory of a deep linear network."""
-    problem = check_trajectory(traj).problem
-    if not isinstance(problem, DeepLinear):
-        raise TypeError(
-            "expected a trajectory of a gradflow.problems.DeepLinear, got one of "
-            f"{type(problem).__name__}"
-        )
-    return problem
+    return check_problem_of(
+        check_trajectory(traj).problem,
+        DeepLinear,
+        "a trajectory of a gradflow.problems.DeepLinear",
+    )
 
 
 def _saxe_start(traj, modes: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, str]:

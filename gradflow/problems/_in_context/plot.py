@@ -8,6 +8,7 @@ r"""Figures of in-context regression with linear attention
 
 import numpy as np
 
+from ..._core.validate import check_problem_of
 from ..._problem.functions import describe, loss_levels
 from ..._result.trajectory import Trajectory
 from ...plot._base import check_trajectory, positive_time, pyplot, shade_stages
@@ -18,13 +19,11 @@ from .theory import in_context_minimiser
 
 
 def _in_context(traj) -> InContextRegression:
-    problem = check_trajectory(traj).problem
-    if not isinstance(problem, InContextRegression):
-        raise TypeError(
-            "expected a trajectory of a gradflow.problems.InContextRegression, got "
-            f"one of {type(problem).__name__}"
-        )
-    return problem
+    return check_problem_of(
+        check_trajectory(traj).problem,
+        InContextRegression,
+        "a trajectory of a gradflow.problems.InContextRegression",
+    )
 
 
 def staircase_figure(traj: Trajectory, *, title: str | None = None):
