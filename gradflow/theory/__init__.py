@@ -55,20 +55,12 @@ from ..problems._deep_linear.theory import (  # noqa: E402
     saxe_learning_time as saxe_learning_time,
     saxe_mode_strength as saxe_mode_strength,
 )
-from ..problems._in_context.report import (  # noqa: E402
-    in_context_cubic_rate as in_context_cubic_rate,
-    in_context_learnt_times as in_context_learnt_times,
+from ..problems._in_context import (  # noqa: E402
+    report as _in_context_report,
+    theory as _in_context_theory,
 )
-from ..problems._in_context.theory import (  # noqa: E402
-    in_context_aligned_start as in_context_aligned_start,
-    in_context_learning_time as in_context_learning_time,
-    in_context_level as in_context_level,
-    in_context_minimiser as in_context_minimiser,
-    in_context_saddle as in_context_saddle,
-    in_context_saddle_rate as in_context_saddle_rate,
-    in_context_saddle_spectrum as in_context_saddle_spectrum,
-    in_context_staircase as in_context_staircase,
-)
+from ..problems._in_context.report import *  # noqa: E402, F403
+from ..problems._in_context.theory import *  # noqa: E402, F403
 from ._continuation import (
     continue_critical_point as continue_critical_point,
     eigen_clusters as eigen_clusters,
@@ -125,16 +117,6 @@ __all__ = [
     "focus_prediction",
     "format_report",
     "gauge_rank",
-    "in_context_aligned_start",
-    "in_context_cubic_rate",
-    "in_context_learning_time",
-    "in_context_learnt_times",
-    "in_context_level",
-    "in_context_minimiser",
-    "in_context_saddle",
-    "in_context_saddle_rate",
-    "in_context_saddle_spectrum",
-    "in_context_staircase",
     "isotropic_norm",
     "lanczos",
     "linearize",
@@ -161,3 +143,6 @@ __all__ = [
     "unigram_point",
     "unstable_amplitude",
 ]
+# the in-context closed forms, by their modules' own lists
+__all__ += _in_context_report.__all__
+__all__ += _in_context_theory.__all__
