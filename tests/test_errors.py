@@ -1662,6 +1662,18 @@ CLI_CASES = [
         r"--teachers does not apply with --teacher",
     ),
     CliCase(
+        "run-animate-frames",
+        lambda f: [
+            "run",
+            "--out",
+            str(f.folder / "film"),
+            "--animate",
+            "--frames",
+            "1",
+        ],
+        r"--frames must be >= 2, got 1",
+    ),
+    CliCase(
         "run-key-dim",
         lambda f: ["run", "--problem", "in-context", "--key-dim", "0"],
         r"--key-dim must be an integer >= 1 or 'merged', got '0'",

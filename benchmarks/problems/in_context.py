@@ -138,10 +138,10 @@ def literature_rows(out: dict) -> list[dict]:
     rows.append(
         row(
             "merged: one abrupt drop (init 1e-6, 8 heads)",
-            "1 drop, 2 plateaus",
+            "1 plateau (the origin), 1 drop to the minimum",
             ZHANG,
             1.0,
-            float(len(drops) == 1 and len(plateaus) == 2),
+            float(len(drops) == 1 and len(plateaus) == 1),
             f"{len(drops)} drop(s), {len(plateaus)} plateau(s); "
             f"drop from t = {drops[0].t_start:.4g} to {drops[0].t_end:.4g}",
         )

@@ -292,6 +292,14 @@ def add_output_arguments(parser, command: str, out: str | None, files: str):
             help="also write an animation of the run into --out: FILE, .mp4 (needs "
             f"gradflow[analysis]) or .gif (default FILE: {ANIMATION})",
         )
+        g.add_argument(
+            "--frames",
+            metavar="N",
+            type=int,
+            default=150,
+            help="frames of the --animate film, paced by stage; the last is held "
+            "for a second (default: 150, 11 s at 15 frames a second)",
+        )
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     return g
 
@@ -484,6 +492,9 @@ def check_analysis_outputs(args: argparse.Namespace, out: Output) -> None:
         if getattr(args, "animate", None) is not None:
             from ..plot._animate import FORMATS, check_output, encoder
 
+            if args.frames < 2:
+                raise ValueError(f"--frames must be >= 2, got {args.frames}")
+
             path = out.root / args.animate
             encoder(check_output(path, FORMATS, "--animate"), "--animate")
     except ModuleNotFoundError as e:
@@ -527,7 +538,7 @@ def write_analysis_outputs(
         else:
             from ..plot import animate
 
-            path = animate(result, out.root / args.animate)
+            path = animate(result, out.root / args.animate, frames=args.frames)
             out.record(path)
             written.append(path)
     return written

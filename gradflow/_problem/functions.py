@@ -260,10 +260,11 @@ def generic_analysis(
     save (`extras`, in the dtype of the saves) and the generic stages on them
     (`plateau`, `drop`, `rank`; `docs/stages.md`): whether the flow starts
     still is read from the start's gradient and curvature
-    ([`start_speed`][gradflow._problem.curvature.start_speed]), and each
-    candidate plateau is kept only where the flow passes a saddle
-    ([`saddle_test`][]). `loss_scale` is the flow's $\ell$. A
-    [`gradflow.StagedProblem`][] may build on it."""
+    (`start_speed` of `gradflow/_problem/curvature.py`), and each candidate
+    plateau is kept only where the flow passes a saddle (`saddle_test`,
+    there; `docs/stages.md`, "Generic stages: a plateau is a saddle").
+    `loss_scale` is the flow's $\ell$. A [`gradflow.StagedProblem`][] may
+    build on it."""
     problem = astype(problem, params_dtype(params))
     extras = observe_saves(problem, ts, params)
     ts = np.asarray(ts, np.float64)
