@@ -81,7 +81,8 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
     assert "notes.txt" in _files(out)
     capsys.readouterr()
 
-    assert main(["theory", str(out / "trajectory.npz"), "--out", str(out)]) == 0
+    # the run's folder stands for its trajectory.npz
+    assert main(["theory", str(out), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "critical points:" in printed
     assert (out / "theory.png").exists() and (out / "theory.json").exists()

@@ -32,8 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument(
         "trajectory",
         metavar="TRAJ.npz",
-        help="an existing .npz file written by Trajectory.save (gradflow run "
-        "writes trajectory.npz)",
+        help="an existing .npz file written by Trajectory.save, or the folder "
+        "that gradflow run wrote (its --out), which holds trajectory.npz",
     )
     parser.add_argument(
         "--threshold",
@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             )
         _check_out(args)
         path = existing_path("TRAJ.npz", args.trajectory)
+        if path.is_dir() and (path / "trajectory.npz").is_file():
+            path = path / "trajectory.npz"  # a run's folder
         traj = _load(path)
         points = critical_points(traj, threshold=args.threshold)
         rows = theory_report(traj, points=points)
