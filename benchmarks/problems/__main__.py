@@ -54,6 +54,8 @@ def main(argv=None) -> None:
             out[part]["meta"] = meta
     if set(args.parts) - set(OWN_META):
         out["meta"] = meta
+        for part in set(args.parts) - set(OWN_META):
+            out.setdefault("part_meta", {})[part] = meta
     JSON.write_text(json.dumps(out, indent=1))
     text = markdown(out)
     print(text)

@@ -19,12 +19,25 @@ def _table(rows) -> list[str]:
     return lines
 
 
+def _provenance(out: dict) -> str:
+    """Where each part of the page was measured: the commit, date and load of
+    its last run (parts run together share one)."""
+    metas = out.get("part_meta") or {}
+    groups: dict[tuple, list[str]] = {}
+    for part in ("literature", "sgd", "sweeps", "performance"):
+        m = metas.get(part, out["meta"])
+        groups.setdefault((m["commit"], m["date"], m["load"]), []).append(part)
+    return "; ".join(
+        f"{', '.join(parts)} at commit `{c}` ({d}, load average {load})"
+        for (c, d, load), parts in groups.items()
+    )
+
+
 def markdown(out: dict) -> str:
-    m = out["meta"]
     lines = [
-        f"Measured with `python -m benchmarks.problems` at commit "
-        f"`{m['commit']}` ({m['date']}; load average {m['load']} on the 2-core "
-        "machine; results in `docs/figures/problems.json`).",
+        "Measured with `python -m benchmarks.problems` "
+        + _provenance(out)
+        + " on the 2-core machine; results in `docs/figures/problems.json`.",
         "",
         "**The deep linear network** (Saxe, McClelland, Ganguli 2014; `DeepLinear` "
         "5-4-4, $s = (3, 1, 0.3)$, random singular bases, $\\Sigma_{xx} = I$):",
@@ -186,9 +199,15 @@ def in_context_markdown(out: dict) -> list[str]:
             f"t1 = {speed['t1']:g}; side by side in one run, interleaved repeats, the "
             "best of three, compilation excluded; crossing error against Tsit5 at rtol "
             "1e-12; measured with `python -m benchmarks.problems --parts "
-            f"in_context_speed`, {_meta(speed)}). **Taken under load** (load average "
-            f"{before} before, {after} after, on {speed['cpus']} cores): the walls "
-            "and ratios are indicative only, to be retaken on a quiet machine.",
+            f"in_context_speed`, {_meta(speed)}). "
+            + (
+                f"**Taken under load** (load average {before} before, {after} "
+                f"after, on {speed['cpus']} cores): the walls and ratios are "
+                "indicative only, to be retaken on a quiet machine."
+                if max(speed["load_before"][0], speed["load_after"][0]) > 1.5
+                else f"On a quiet machine (load average {before} before, {after} "
+                f"after, on {speed['cpus']} cores; the load after is the run's own)."
+            ),
             "",
             "| solver | wall s | speed-up | steps | gradients | crossing error |",
             "| --- | --- | --- | --- | --- | --- |",
