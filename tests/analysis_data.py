@@ -5,6 +5,7 @@ comparison of two results read from two files."""
 
 import functools
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -73,6 +74,18 @@ def in_context_run():
         [1.0, 0.5, 0.25], context=16, heads=3, key_dim=1
     )
     return gf.flow(problem, 1e-2, t1=3000.0, saveat=saves(3000.0, 120), run=QUIET)
+
+
+def cut(traj, keep):
+    """The trajectory at the saves `keep` only (a run that stopped early, or
+    one with too few saves)."""
+    take = lambda x: np.asarray(x)[keep]  # noqa: E731
+    return eqx.tree_at(
+        lambda t: (t.ts, t.loss, t.grad_norm, t.params, t.extras),
+        traj,
+        (take(traj.ts), take(traj.loss), take(traj.grad_norm),
+         jax.tree.map(take, traj.params), {k: take(v) for k, v in traj.extras.items()}),
+    )  # fmt: skip
 
 
 def assert_same_result(a, b):

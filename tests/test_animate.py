@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import equinox as eqx
-import jax
 import numpy as np
 import pytest
 
@@ -31,16 +29,6 @@ EMPTY_SWEEP = gf.Sweep(
 @pytest.fixture(scope="module")
 def traj():
     return data.markov_run()
-
-
-def _cut(traj, keep):
-    take = lambda x: np.asarray(x)[keep]  # noqa: E731
-    return eqx.tree_at(
-        lambda t: (t.ts, t.loss, t.grad_norm, t.params, t.extras),
-        traj,
-        (take(traj.ts), take(traj.loss), take(traj.grad_norm),
-         jax.tree.map(take, traj.params), {k: take(v) for k, v in traj.extras.items()}),
-    )  # fmt: skip
 
 
 def test_frames_give_every_stage_screen_time(traj):
@@ -141,7 +129,7 @@ def test_errors_are_one_line_and_come_first(traj, tmp_path, monkeypatch):
     with pytest.raises(TypeError, match="got dict"):
         plot.animate({}, tmp_path / "x.gif")
     with pytest.raises(ValueError, match="result must be a run with at least 2 saves"):
-        plot.animate(_cut(traj, [0]), tmp_path / "x.gif")
+        plot.animate(data.cut(traj, [0]), tmp_path / "x.gif")
     with pytest.raises(
         ValueError, match="path must end in .mp4 or .gif, got '.*x.avi'"
     ):

@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import equinox as eqx
 import numpy as np
 import pytest
 
@@ -92,18 +91,6 @@ def test_a_sweep_page_has_its_phase_diagram(pages):
     assert escape[5] == pytest.approx(first, rel=1e-5)
 
 
-def _cut(traj, keep):
-    take = lambda x: np.asarray(x)[keep]  # noqa: E731
-    import jax
-
-    return eqx.tree_at(
-        lambda t: (t.ts, t.loss, t.grad_norm, t.params, t.extras),
-        traj,
-        (take(traj.ts), take(traj.loss), take(traj.grad_norm),
-         jax.tree.map(take, traj.params), {k: take(v) for k, v in traj.extras.items()}),
-    )  # fmt: skip
-
-
 def test_errors_are_one_line(traj, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(
@@ -122,7 +109,7 @@ def test_errors_are_one_line(traj, tmp_path):
     with pytest.raises(ValueError, match="path: '.*file/x.html' cannot be written"):
         plot.report(traj, tmp_path / "file" / "x.html")
     with pytest.raises(ValueError, match="source must be a run with at least 2 saves"):
-        plot.report(_cut(traj, [0]), tmp_path / "x.html")
+        plot.report(data.cut(traj, [0]), tmp_path / "x.html")
     with pytest.raises(TypeError, match="source must be a run folder, a result file"):
         plot.report(3, tmp_path / "x.html")
     assert not list(tmp_path.glob("x.*"))

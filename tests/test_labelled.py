@@ -132,19 +132,8 @@ def _replace_member(sw, i, traj):
     return eqx.tree_at(lambda s: s.trajectories, sw, tuple(trajs))
 
 
-def _cut(traj, keep):
-    """The trajectory at the saves `keep` only."""
-    take = lambda x: np.asarray(x)[keep]  # noqa: E731
-    return eqx.tree_at(
-        lambda t: (t.ts, t.loss, t.grad_norm, t.params, t.extras),
-        traj,
-        (take(traj.ts), take(traj.loss), take(traj.grad_norm),
-         jax.tree.map(take, traj.params), {k: take(v) for k, v in traj.extras.items()}),
-    )  # fmt: skip
-
-
 def test_a_member_that_stopped_early_is_padded(sw, tmp_path):
-    short = _cut(sw[5], np.arange(12))
+    short = data.cut(sw[5], np.arange(12))
     loss = np.array(sw.loss)
     loss[5, 12:] = np.nan
     cut = eqx.tree_at(lambda s: s.loss, _replace_member(sw, 5, short), loss)
@@ -158,7 +147,7 @@ def test_a_member_that_stopped_early_is_padded(sw, tmp_path):
 
 def test_members_saved_at_other_times_go_on_a_member_dimension(sw, tmp_path):
     keep = np.delete(np.arange(len(sw.ts)), 7)  # a save left out
-    odd = _replace_member(sw, 3, _cut(sw[3], keep))
+    odd = _replace_member(sw, 3, data.cut(sw[3], keep))
     ds = odd.to_xarray()
     assert ds.attrs["gradflow_layout"] == "member"
     assert ds.loss.dims == ("member", "save")
