@@ -12,9 +12,8 @@ from jax.flatten_util import ravel_pytree
 
 import gradflow as gf
 
-from .common import crossing
 from .in_context import separate
-from .performance import _gradflow, _scipy
+from .performance import _gradflow, _scipy, race
 
 
 def in_context_speed(out: dict, repeats: int = 3) -> None:
@@ -28,12 +27,6 @@ def in_context_speed(out: dict, repeats: int = 3) -> None:
         problem, params=p0, t1=t1, saveat=gf.SaveAt(ts),
         solver=gf.Solver("tsit5", rtol=1e-12), run=gf.Run(progress=False),
     )  # fmt: skip
-    levels = [
-        0.5 * (d.loss_start + d.loss_end)
-        for d in reference.stages
-        if d.name == "drop" and d.complete
-    ]
-    t_ref = [crossing(ts, reference.loss, x) for x in levels]
     atol = 1e-10 * float(np.sqrt(np.mean(ravel_pytree(p0)[0] ** 2)))
     candidates = {
         "default (ros34pw2, rtol 1e-5)": (_gradflow, (None, None)),
@@ -41,23 +34,7 @@ def in_context_speed(out: dict, repeats: int = 3) -> None:
         "tsit5 (rtol 1e-8)": (_gradflow, ("tsit5", 1e-8)),
         "scipy LSODA (rtol 1e-8)": (_scipy, ("LSODA", 1e-8, atol)),
     }
-    results = {k: [] for k in candidates}
-    for _ in range(repeats):  # interleaved repeats
-        for label, (fn, options) in candidates.items():
-            results[label].append(fn(problem, p0, t1, ts, *options))
-    base = min(r["wall"] for r in results["default (ros34pw2, rtol 1e-5)"])
-    rows = []
-    for label, runs in results.items():
-        best = min(runs, key=lambda r: r["wall"])
-        t = [crossing(ts, best["loss"], x) for x in levels]
-        err = max(abs(a - b) / b for a, b in zip(t, t_ref, strict=True))
-        rows.append(
-            dict(
-                solver=label, wall=best["wall"], speedup=best["wall"] / base,
-                steps=best["steps"], grads=best["grads"], crossing_error=err,
-                ok=best["ok"],
-            )
-        )  # fmt: skip
+    levels, rows = race(problem, p0, t1, ts, reference, candidates, repeats)
     load_after = os.getloadavg()
     print(f"load average after: {', '.join(f'{x:.1f}' for x in load_after)}")
     out["in_context_speed"] = dict(

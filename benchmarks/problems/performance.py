@@ -64,6 +64,38 @@ def _gradflow(problem, params0, t1, ts, solver, rtol):
     )
 
 
+def race(problem, p0, t1, ts, reference, candidates, repeats):
+    """The solvers of `candidates` (label: (runner, its options); the first
+    is the base of the speed-ups) on one problem, side by side: interleaved
+    repeats, the best wall time of each; the crossing error of the levels
+    half way down each complete drop of `reference`, against its crossing
+    times. Returns the levels and one row per solver."""
+    levels = [
+        0.5 * (d.loss_start + d.loss_end)
+        for d in reference.stages
+        if d.name == "drop" and d.complete
+    ]
+    t_ref = [crossing(ts, reference.loss, x) for x in levels]
+    results = {k: [] for k in candidates}
+    for _ in range(repeats):  # interleaved repeats
+        for label, (fn, options) in candidates.items():
+            results[label].append(fn(problem, p0, t1, ts, *options))
+    base = min(r["wall"] for r in results[next(iter(candidates))])
+    rows = []
+    for label, runs in results.items():
+        best = min(runs, key=lambda r: r["wall"])
+        t = [crossing(ts, best["loss"], x) for x in levels]
+        err = max(abs(a - b) / b for a, b in zip(t, t_ref, strict=True))
+        rows.append(
+            dict(
+                solver=label, wall=best["wall"], speedup=best["wall"] / base,
+                steps=best["steps"], grads=best["grads"], crossing_error=err,
+                ok=best["ok"],
+            )
+        )  # fmt: skip
+    return levels, rows
+
+
 def performance(out: dict, repeats: int = 3) -> None:
     cases = [
         (
@@ -103,12 +135,6 @@ def performance(out: dict, repeats: int = 3) -> None:
             solver=gf.Solver("tsit5", rtol=1e-12),
             run=gf.Run(progress=False),
         )
-        levels = [
-            0.5 * (d.loss_start + d.loss_end)
-            for d in reference.stages
-            if d.name == "drop" and d.complete
-        ]
-        t_ref = [crossing(ts, reference.loss, x) for x in levels]
         atol = 1e-10 * scale
         candidates = {
             "default (ros34pw2, rtol 1e-5)": (_gradflow, (None, None)),
@@ -116,26 +142,6 @@ def performance(out: dict, repeats: int = 3) -> None:
             "scipy DOP853 (rtol 1e-8)": (_scipy, ("DOP853", 1e-8, atol)),
             "scipy LSODA (rtol 1e-8)": (_scipy, ("LSODA", 1e-8, atol)),
         }
-        results = {k: [] for k in candidates}
-        for _ in range(repeats):  # interleaved repeats
-            for label, (fn, options) in candidates.items():
-                results[label].append(fn(problem, p0, t1, ts, *options))
-        base = min(r["wall"] for r in results["default (ros34pw2, rtol 1e-5)"])
-        for label, runs in results.items():
-            best = min(runs, key=lambda r: r["wall"])
-            t = [crossing(ts, best["loss"], x) for x in levels]
-            err = max(abs(a - b) / b for a, b in zip(t, t_ref, strict=True))
-            rows.append(
-                dict(
-                    case=name,
-                    t1=t1,
-                    solver=label,
-                    wall=best["wall"],
-                    speedup=best["wall"] / base,
-                    steps=best["steps"],
-                    grads=best["grads"],
-                    crossing_error=err,
-                    ok=best["ok"],
-                )
-            )
+        _, race_rows = race(problem, p0, t1, ts, reference, candidates, repeats)
+        rows += [dict(case=name, t1=t1, **r) for r in race_rows]
     out["performance"] = rows
