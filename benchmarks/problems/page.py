@@ -19,6 +19,20 @@ def _table(rows) -> list[str]:
     return lines
 
 
+def _sgd_row(r: dict, distance: bool = False) -> str:
+    """A row of an SGD table: the run, the flow's crossing times, SGD's
+    relative errors on them (and with `distance` the final parameter
+    distance), the wall time."""
+    extra = f" {r['final_param_distance']:.2g} |" if distance else ""
+    return (
+        f"| {r['problem']} | {r['lr']:g} | {r['batch']} | {r['steps']:,} | "
+        + ", ".join(f"{t:.4g}" for t in r["t_flow"])
+        + " | "
+        + ", ".join(f"{100 * e:.2g} %" for e in r["errors"])
+        + f" |{extra} {r['wall']:.1f} |"
+    )
+
+
 def _provenance(out: dict) -> str:
     """Where each part of the page was measured: the commit, date and load of
     its last run (parts run together share one)."""
@@ -96,14 +110,7 @@ def markdown(out: dict) -> str:
         "| problem | lr | batch | steps | crossing times (flow) | crossing errors | wall s |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in out["sgd"]:
-        lines.append(
-            f"| {r['problem']} | {r['lr']:g} | {r['batch']} | {r['steps']:,} | "
-            + ", ".join(f"{t:.4g}" for t in r["t_flow"])
-            + " | "
-            + ", ".join(f"{100 * e:.2g} %" for e in r["errors"])
-            + f" | {r['wall']:.1f} |"
-        )
+    lines += [_sgd_row(r) for r in out["sgd"]]
     ph = out["phase"]
     lines += [
         "",
@@ -181,14 +188,7 @@ def in_context_markdown(out: dict) -> list[str]:
             "| final parameter distance | wall s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for r in part["sgd"]:
-            lines.append(
-                f"| {r['problem']} | {r['lr']:g} | {r['batch']} | {r['steps']:,} | "
-                + ", ".join(f"{t:.4g}" for t in r["t_flow"])
-                + " | "
-                + ", ".join(f"{100 * e:.2g} %" for e in r["errors"])
-                + f" | {r['final_param_distance']:.2g} | {r['wall']:.1f} |"
-            )
+        lines += [_sgd_row(r, distance=True) for r in part["sgd"]]
     speed = out.get("in_context_speed")
     if speed:
         before = ", ".join(f"{x:.1f}" for x in speed["load_before"])
