@@ -58,6 +58,16 @@ class StageThresholds(eqx.Module):
       escape_speed`); $\ell$ is the problem's loss scale
       ([`gradflow.StagedProblem.loss_scale`][]; $\log d - H_{\text{cond}}$ for the
       paper's model).
+    - `level_escape_speed`, `level_entry_speed`: the same hysteresis for the
+      generic stages and the saddle events of every problem that is not a
+      [`gradflow.StagedProblem`][], whose speed is scale-free: the loss's
+      fall per unit $\log t$ against its own level above the floor,
+      $s = -\frac{d\log(L - L_{\text{floor}})}{d\log t}$ ([`loss_level`][];
+      `docs/stages.md`, "Scale-free plateaus"): a plateau is entered where the
+      loss falls by less than 10 % of its height per e-fold of $t$, left where
+      it falls by more than 20 % (measured: at most 0.09 on the plateaus of
+      the staircases of `docs/stages.md`, at least 2.7 at the peak of their
+      drops).
     - `focus_rate`: a focus starts when the attention entropy falls faster
       than `focus_rate` (per unit $\log t$, relative to $H(\pi)$).
     - `min_entropy_drop`: a focus is recorded only if the entropy fell by at
@@ -92,6 +102,8 @@ class StageThresholds(eqx.Module):
     rate_window: float = 0.03
     escape_speed: float = 1e-2
     entry_speed: float = 5e-3
+    level_escape_speed: float = 0.2
+    level_entry_speed: float = 0.1
     focus_rate: float = 5e-2
     min_entropy_drop: float = 1e-2
     min_mass_change: float = 0.02
@@ -106,12 +118,16 @@ class StageThresholds(eqx.Module):
     def __check_init__(self):
         for f in dataclasses.fields(self):
             _positive(f.name, getattr(self, f.name))
-        if self.entry_speed >= self.escape_speed:
-            raise ValueError(
-                "StageThresholds.entry_speed must be < escape_speed (hysteresis), got "
-                f"entry_speed = {self.entry_speed} and "
-                f"escape_speed = {self.escape_speed}"
-            )
+        for entry, escape in (
+            ("entry_speed", "escape_speed"),
+            ("level_entry_speed", "level_escape_speed"),
+        ):
+            if getattr(self, entry) >= getattr(self, escape):
+                raise ValueError(
+                    f"StageThresholds.{entry} must be < {escape} (hysteresis), got "
+                    f"{entry} = {getattr(self, entry)} and "
+                    f"{escape} = {getattr(self, escape)}"
+                )
         if self.token_share > 1 or self.rank_tol >= 1:
             name = "token_share" if self.token_share > 1 else "rank_tol"
             bound = "<= 1" if name == "token_share" else "< 1"
@@ -124,6 +140,13 @@ class StageThresholds(eqx.Module):
                 f"direction_open = {self.direction_open} and "
                 f"direction_low = {self.direction_low}"
             )
+
+    def speeds(self, level: bool) -> tuple[float, float]:
+        """`(escape, entry)`: the speeds of the saddle hysteresis, for the
+        scale-free speed (`level`) or the one against the loss scale."""
+        if level:
+            return self.level_escape_speed, self.level_entry_speed
+        return self.escape_speed, self.entry_speed
 
 
 # -- curves -------------------------------------------------------------------
@@ -278,19 +301,49 @@ class Curves:
         return None
 
 
+LOSS_RESOLUTION = 1e5
+r"""The loss level that the speed is judged against never falls below this
+many machine epsilons (of the loss's dtype) times the loss scale $\ell$:
+below it, the loss's fall is round-off, not a stage."""
+
+
+def loss_level(loss, scale, floor, eps: float):
+    r"""The level $\lambda$ against which the loss's fall is judged, the
+    speed being $s = -\frac{dL}{d\log t}/\lambda = t|\nabla L|^2/\lambda$
+    (`docs/stages.md`, "Scale-free plateaus"): the height of the loss above
+    its floor, $\lambda = \min(\ell, \max(L - L_{\text{floor}},\;
+    10^5\,\epsilon\,\ell))$, so that a plateau of a staircase is told from a
+    drop wherever the loss stands; the constant $\ell$ where `floor` is
+    `None` (a [`gradflow.StagedProblem`][] judges its loss against its own
+    scale). NumPy or JAX arrays alike."""
+    if floor is None:
+        return scale
+    xp = np if isinstance(loss, (np.ndarray, float, np.floating)) else jnp
+    low = LOSS_RESOLUTION * eps * scale
+    return xp.minimum(scale, xp.maximum(loss - floor, low))
+
+
 def plateau_intervals(
-    c: Curves, speed: np.ndarray, th: StageThresholds, *, start_still: bool = True
+    c: Curves,
+    speed: np.ndarray,
+    th: StageThresholds,
+    *,
+    start_still: bool = True,
+    level: bool = False,
 ) -> tuple[list[tuple[Point, Point | None]], Point | None]:
     """Hysteresis on the speed: `[(entry, escape or None)]` of every plateau
     entered after the start, and the first escape (a flow that starts still
     starts on the plateau it leaves first; with `start_still=False`, one
-    already moving, there is no first escape: `None`)."""
+    already moving, there is no first escape: `None`). `level`: the speed is
+    the scale-free one, read against `level_escape_speed` and
+    `level_entry_speed` (else `escape_speed`, `entry_speed`)."""
+    escape, entry_speed = th.speeds(level)
     out, in_saddle, pos = [], start_still, (0, -1.0)
     first_escape = None
     entry = None
     while True:
         if in_saddle:
-            nxt = c.first_crossing(speed, th.escape_speed, True, pos)
+            nxt = c.first_crossing(speed, escape, True, pos)
             if nxt is None:
                 if entry is not None:
                     out.append((entry, None))
@@ -301,7 +354,7 @@ def plateau_intervals(
                 first_escape = nxt
             in_saddle, pos, entry = False, nxt, None
         else:
-            nxt = c.first_crossing(speed, th.entry_speed, False, pos)
+            nxt = c.first_crossing(speed, entry_speed, False, pos)
             if nxt is None:
                 return out, first_escape
             in_saddle, pos, entry = True, nxt, nxt
@@ -348,14 +401,16 @@ def stages_and_rests(
     thresholds,
     start_still: bool | None = None,
     saddle: SaddleTest | None = None,
+    floor: float | None = None,
 ) -> tuple[tuple[Stage, ...], tuple[tuple[float, float], ...]]:
     r"""The stages every problem has (`docs/problems.md`), from curves saved along a
     trajectory, and the `(t_start, t_end)` of every candidate plateau that the
     saddle test dropped (the saddle events located during the solve inside
     them are dropped too). The stages:
 
-    - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\ell$ (the loss's
-      fall per unit $\log t$ against the loss scale $\ell$) falling through
+    - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\lambda$ (the loss's
+      fall per unit $\log t$ against its level $\lambda$ above `floor`,
+      [`loss_level`][]; the loss scale $\ell$ where `floor` is `None`) falling through
       `entry_speed` to its rising through `escape_speed`, where `saddle`
       finds a saddle there; a flow that starts still (`start_still`: a start
       near a critical point, `gradflow/_problem/curvature.py`; `None`: the
@@ -381,15 +436,21 @@ def stages_and_rests(
     solve that stopped early) are ignored.
     """
     th = thresholds
+    kind = np.asarray(loss).dtype
+    eps = float(np.finfo(kind).eps) if kind.kind == "f" else 2.2e-16
     ts, loss = np.asarray(ts, np.float64), np.asarray(loss, np.float64)
     n = int(np.argmin(np.isfinite(loss))) if not np.isfinite(loss).all() else ts.size
     ts, loss = ts[:n], loss[:n]
     if ts.size < 3:
         return (), ()
     c = Curves(ts, {}, th.rate_window)
-    speed = -c.rate(loss) / max(float(loss_scale), 1e-300)
-    still = bool(speed[0] <= th.escape_speed) if start_still is None else start_still
-    later, first_escape = plateau_intervals(c, speed, th, start_still=still)
+    scale = max(float(loss_scale), 1e-300)
+    speed = -c.rate(loss) / loss_level(loss, scale, floor, eps)
+    escape = th.speeds(floor is not None)[0]
+    still = bool(speed[0] <= escape) if start_still is None else start_still
+    later, first_escape = plateau_intervals(
+        c, speed, th, start_still=still, level=floor is not None
+    )
     candidates: list[tuple[Point, Point | None]] = list(later)
     if still:
         candidates.insert(0, ((0, 0.0), first_escape))
@@ -452,7 +513,9 @@ def matrix_spectra(params) -> dict[str, jax.Array]:
 __all__ = [
     "Curves",
     "StageThresholds",
+    "LOSS_RESOLUTION",
     "log_time",
+    "loss_level",
     "matrix_spectra",
     "plateau_intervals",
     "secant_rate",

@@ -344,10 +344,14 @@ def test_merged_heads_make_a_single_drop():
     # there), so no plateau follows (`docs/stages.md`)
     assert names == ["plateau", "drop"]
     drop = [s for s in traj.stages if s.name == "drop"][0]
-    # from tau/2 to within 1 % of the whole fall from the floor (measured
-    # 0.15 % and 0.07 %), then a smooth approach
+    # from tau/2 to within 3 % of the whole fall from the floor (measured
+    # 1.8 %: the plateau is left where the loss falls by 20 % of its height
+    # above the floor per e-fold of t, the scale-free escape of
+    # `docs/stages.md`; 0.15 % when the speed was read against the loss at the
+    # start), and to within 1 % of the floor (measured 2e-14), then a smooth
+    # approach
     floor = problem.loss_floor()
-    assert LEVELS[0] - drop.loss_start < 0.01 * (LEVELS[0] - floor)
+    assert LEVELS[0] - drop.loss_start < 0.03 * (LEVELS[0] - floor)
     assert drop.loss_end - floor < 0.01 * (LEVELS[0] - floor)
     assert traj.loss[-1] == pytest.approx(floor, rel=1e-6)
     # every direction rises in the one drop

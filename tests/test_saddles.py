@@ -70,6 +70,16 @@ CONVEX = [
 ]
 
 
+def _level_speed(traj):
+    """The scale-free speed $-d\\log L/d\\log t$ at the saves after $t = 0$
+    (`docs/stages.md`, "Scale-free plateaus"; the loss's floor is 0), by
+    finite differences, with the level held at 1e5 machine epsilons of the
+    start."""
+    ts, loss = np.asarray(traj.ts)[1:], np.asarray(traj.loss)[1:]
+    level = np.maximum(loss, 1e5 * np.finfo(loss.dtype).eps * float(traj.loss[0]))
+    return ts, -np.gradient(loss, np.log(ts)) / level
+
+
 @pytest.mark.parametrize(
     "problem, start, t1", [c[1:] for c in CONVEX], ids=[c[0] for c in CONVEX]
 )
@@ -83,17 +93,24 @@ def test_a_convex_flow_is_one_drop_with_no_saddle(problem, start, t1):
     assert names == ["drop"], traj.stages
     drop = traj.stages[0]
     assert drop.cycle == 0 and drop.t_start == 0.0
-    # it ends where the flow comes to rest at the minimum: the speed
-    # -dL/dlog t / L(0) falls through entry_speed there and stays below it to
-    # t1 (the loss at the drop's end is then measured 7e-4 to 1.3e-3 of its
-    # start, by conditioning), and the flow goes on to the minimum (the loss at
-    # t1 measured at most 1.03e-9 of its start, for conditioning 1e4)
-    ts, loss = np.asarray(traj.ts)[1:], np.asarray(traj.loss)[1:]
-    speed = -np.gradient(loss, np.log(ts)) / float(traj.loss[0])
-    entry = gf.StageThresholds().entry_speed
-    i = int(np.searchsorted(ts, drop.t_end))
-    assert 0 < i < ts.size - 1
-    assert speed[i - 1] > 0.95 * entry and speed[i:].max() < entry
+    # it ends where the flow comes to rest at the minimum: the scale-free
+    # speed -dlog L/dlog t (the loss's level held at 1e5 machine epsilons of
+    # its start, below which its fall is round-off) falls through
+    # level_entry_speed there and stays below it to t1 (the loss at the drop's
+    # end is then 1e-14 to 1e-12 of its start); or, conditioning 1e4 and the
+    # start near the minimum, the loss still falls by orders of magnitude at
+    # t1 and the drop runs to the last save; the flow goes on to the minimum
+    # (the loss at t1 measured at most 1.03e-9 of its start, for conditioning
+    # 1e4)
+    ts, speed = _level_speed(traj)
+    entry = gf.StageThresholds().level_entry_speed
+    if drop.t_end < traj.t_final:
+        i = int(np.searchsorted(ts, drop.t_end))
+        assert 0 < i < ts.size - 1
+        assert speed[i - 1] > 0.95 * entry and speed[i:].max() < entry
+        assert traj.loss[i] < 1e-9 * traj.loss[0]
+    else:
+        assert not drop.complete and speed[-10:].min() > entry
     assert traj.loss[-1] < 1e-8 * traj.loss[0]
     assert not [e for e in traj.events if e.name in SADDLE_EVENTS], traj.events
 
@@ -105,12 +122,11 @@ def test_the_slow_stretch_of_an_ill_conditioned_quadratic_was_a_candidate():
     speed's minimum between the two time scales, and its later peak."""
     _, problem, scale, t1 = CONVEX[3]
     traj = gf.flow(problem, scale, t1=t1, run=QUIET)
-    ts, loss = np.asarray(traj.ts)[1:], np.asarray(traj.loss)[1:]
-    speed = -np.gradient(loss, np.log(ts)) / float(traj.loss[0])
+    ts, speed = _level_speed(traj)
     th = gf.StageThresholds()
     slow = (ts > 10) & (ts < 100)
-    assert speed[slow].min() < th.entry_speed
-    assert speed[ts > 1000].max() > th.escape_speed
+    assert speed[slow].min() < th.level_entry_speed
+    assert speed[ts > 1000].max() > th.level_escape_speed
 
 
 def test_saddle_events_follow_each_members_start():

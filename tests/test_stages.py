@@ -112,6 +112,10 @@ def test_stage_rejects_bad_fields(kwargs, match):
     [
         (dict(focus_rate=-1.0), r"focus_rate must be finite and > 0, got -1.0"),
         (dict(entry_speed=0.1, escape_speed=0.01), "hysteresis"),
+        (
+            dict(level_entry_speed=0.2),
+            "level_entry_speed must be < level_escape_speed",
+        ),
         (dict(token_share=1.5), "token_share must be <= 1"),
         (dict(direction_low=0.5, direction_open=0.3), "direction_open must be > "),
         (dict(rate_window=math.inf), "rate_window must be finite"),

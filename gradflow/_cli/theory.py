@@ -38,9 +38,10 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--threshold",
         type=float,
-        default=1e-2,
-        help="plateau threshold on t|grad L|^2 / (the loss scale) "
-        "(gradflow.theory.plateaus)",
+        default=None,
+        help="plateau threshold on the speed t|grad L|^2 / (the loss's height "
+        "above its floor) (gradflow.theory.plateaus; default 0.1, and 0.01 against "
+        "the loss scale for the paper's model)",
     )
     g = parser.add_argument_group("output")
     g.add_argument(
@@ -94,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
     from ..theory import critical_points, format_report, theory_report
 
     try:
-        if not (math.isfinite(args.threshold) and args.threshold > 0):
+        if args.threshold is not None and not (
+            math.isfinite(args.threshold) and args.threshold > 0
+        ):
             raise ValueError(
                 f"--threshold must be finite and > 0, got {args.threshold}"
             )

@@ -4,8 +4,9 @@ A solve of the flow always saves the same things at every save time (loss,
 $|\nabla L|$, parameters: see [`save_point`][]); an [`Observer`][] adds the
 conditions located *during* the solve (a vector of values whose zero
 crossings are events, see `watch.py`): with `stages=True` the saddle escape
-and entry (`docs/stages.md`) (the speed $s = t |\nabla L|^2 / \ell$,
-$\ell$ the problem's loss scale, rising through `escape_speed`, falling
+and entry (`docs/stages.md`) (the speed $s = t |\nabla L|^2 / \lambda$,
+$\lambda$ the loss's level above its floor, or the problem's loss scale
+$\ell$ for a [`gradflow.StagedProblem`][], rising through `escape_speed`, falling
 through `entry_speed`, with hysteresis; a start near a critical point starts
 in the saddle, armed to escape, one that is not starts moving, armed to
 enter: `still`), then the user's
@@ -24,7 +25,7 @@ from jaxtyping import Array, Bool, Float
 from .._core.records import SADDLE_EVENTS
 from .._problem.base import Problem
 from .._problem.functions import problem_loss_scale
-from .._stages import StageThresholds
+from .._stages import StageThresholds, loss_level
 from .events import Event
 from .watch import UP, direction_code
 
@@ -36,13 +37,19 @@ def save_point(t, y, problem: Problem) -> dict:
     return {"loss": loss, "grad_norm": grad_norm, "params": y}
 
 
-def saddle_speed(t, y, problem: Problem, scale, field=None):
-    r"""$s = t |\nabla L|^2 / \ell$: the loss's fall per unit of $\log t$,
-    relative to its scale $\ell$ (small on a plateau). `field`: the flow's
-    vector field $-\nabla L$ at `y` if already computed."""
+def saddle_speed(t, y, problem: Problem, scale, field=None, floor=None):
+    r"""$s = t |\nabla L|^2 / \lambda$: the loss's fall per unit of $\log t$,
+    relative to its level $\lambda$ above `floor` (small on a plateau;
+    `gradflow._stages.loss_level`), or to its scale $\ell$ where `floor` is
+    `None`. `field`: the flow's vector field $-\nabla L$ at `y` if already
+    computed."""
     grad = jax.grad(problem.loss)(y) if field is None else field
     grad_sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grad))
-    return t * grad_sq / scale
+    if floor is None:
+        return t * grad_sq / scale
+    loss = problem.loss(y)
+    eps = float(jnp.finfo(jnp.result_type(loss)).eps)
+    return t * grad_sq / loss_level(loss, scale, floor, eps)
 
 
 class Observer(eqx.Module):
@@ -57,6 +64,9 @@ class Observer(eqx.Module):
       (a problem that is not a [`gradflow.StagedProblem`][], or whose
       `loss_scale()` is `None`): the loss at the start (data, so a
       sweep's members each carry their own).
+    - `floor`: the floor above which the speed judges the loss's level
+      (`gradflow._problem.functions.speed_floor`; data); `None`: the
+      speed is judged against the constant scale.
     - `still`: whether the flow starts near a critical point (in a saddle,
       where the first saddle event is an escape) or not (moving, where it is
       an entry): data, decided on the start before the solve
@@ -68,6 +78,7 @@ class Observer(eqx.Module):
     events: tuple[Event, ...] = eqx.field(static=True, default=())
     scale: Float[Array, ""] | None = None
     still: Bool[Array, ""] | None = None
+    floor: Float[Array, ""] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -111,10 +122,15 @@ class Observer(eqx.Module):
         if self.stages:
             scale = problem_loss_scale(problem)
             s = saddle_speed(
-                t, y, problem, self.scale if scale is None else scale, field
+                t,
+                y,
+                problem,
+                self.scale if scale is None else scale,
+                field,
+                self.floor,
             )
-            th = self.thresholds
-            values += [s - th.escape_speed, th.entry_speed - s]
+            escape, entry = self.thresholds.speeds(self.floor is not None)
+            values += [s - escape, entry - s]
         values += [jnp.asarray(e.cond_fn(t, y, problem)) for e in self.events]
         if not values:  # a watch that records motion saves only
             return jnp.zeros((0,))

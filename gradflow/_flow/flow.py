@@ -37,10 +37,10 @@ from .._loop.loop import (
 )
 from .._loop.resume import collapsed
 from .._options import Run, SaveAt, Solver
-from .._problem.base import Problem
+from .._problem.base import Problem, StagedProblem
 from .._problem.curvature import start_speed
 from .._problem.files import configuration, fingerprint
-from .._problem.functions import analyse, problem_loss_scale
+from .._problem.functions import analyse, problem_loss_scale, speed_floor
 from .._result.codes import RESULTS
 from .._result.info import FlowStats
 from .._result.trajectory import Trajectory
@@ -81,16 +81,23 @@ _save_point = eqx.filter_jit(save_point)
 
 def make_observer(setup: FlowSetup) -> Observer:
     """What a flow watches during its solve (its `SaveAt`): with stages, the
-    saddles, whose speed is measured against the problem's loss scale (or,
-    where it gives none, the loss at the start), starting in a saddle only
+    saddles, whose speed is measured against the loss's level above its
+    floor (`speed_floor`; a [`gradflow.StagedProblem`][]: against its loss
+    scale, or where it gives none the loss at the start), starting in a saddle only
     if the start is near a critical point (its `start_speed` at most
     `escape_speed`; `gradflow/_problem/curvature.py`)."""
     saveat = setup.saveat
-    scale, still = None, None
+    scale, still, floor = None, None, None
     if saveat.stages:
         given = problem_loss_scale(setup.problem_dt)
-        if given is None:
+        start = None
+        if given is None or not isinstance(setup.problem_dt, StagedProblem):
             start = float(_loss(setup.problem_dt, setup.params0))
+            level = speed_floor(setup.problem_dt, start)
+            if level is not None:
+                floor = jnp.asarray(level, setup.dtype)
+        if given is None:
+            assert start is not None
             scale = jnp.asarray(abs(start) if start != 0 else 1.0, setup.dtype)
             ell = float(scale)
         else:
@@ -104,6 +111,7 @@ def make_observer(setup: FlowSetup) -> Observer:
         events=saveat.events,
         scale=scale,
         still=still,
+        floor=floor,
     )
 
 

@@ -171,6 +171,22 @@ def loss_floor(problem: Problem | None) -> float | None:
     return None
 
 
+def speed_floor(problem: Problem | None, loss0) -> float | None:
+    r"""The floor above which the speed of the generic stages and the saddle
+    events judges the loss's level (`gradflow._stages.loss_level`,
+    `docs/stages.md`, "Scale-free plateaus"): the problem's `loss_floor()`
+    where it declares one, else 0 for a loss that starts non-negative;
+    `None` (the constant loss scale) for a [`gradflow.StagedProblem`][],
+    which judges its loss against its own `loss_scale()`, and for a loss
+    that starts negative with no declared floor."""
+    if isinstance(problem, StagedProblem):
+        return None
+    floor = loss_floor(problem)
+    if floor is not None:
+        return floor
+    return 0.0 if float(loss0) >= 0 else None
+
+
 @functools.singledispatch
 def loss_levels(problem) -> dict[str, tuple[str, float]]:
     r"""Reference levels of a problem's loss, highest first, for figures and
@@ -281,6 +297,7 @@ def generic_analysis(
         thresholds=thresholds,
         start_still=still,
         saddle=saddle_test(problem, params, thresholds.saddle_growth),
+        floor=speed_floor(problem, np.asarray(loss)[0]) if np.size(loss) else None,
     )
     return Analysis(
         stages=stages, events=stage_events(stages), extras=extras, rests=rests
@@ -356,4 +373,5 @@ __all__ = [
     "params_dtype",
     "problem_loss_scale",
     "saddle_test",
+    "speed_floor",
 ]

@@ -11,8 +11,15 @@ from jax.flatten_util import ravel_pytree
 
 from .._core.threads import with_limited_blas_threads
 from .._problem.curvature import start_point, start_speed
-from .._problem.functions import astype, loss_floor, params_dtype, problem_loss_scale
+from .._problem.functions import (
+    astype,
+    loss_floor,
+    params_dtype,
+    problem_loss_scale,
+    speed_floor,
+)
 from .._result.trajectory import Trajectory
+from .._stages import loss_level
 from ._checks import (
     as_problem,
     check_method,
@@ -32,6 +39,12 @@ from ._linearize import (
 
 
 DEFAULT_PLATEAU_THRESHOLD = 1e-2
+"""The plateau threshold on $t|\nabla L|^2/\\ell$ (the speed against the loss
+scale, a [`gradflow.StagedProblem`][]'s)."""
+
+DEFAULT_LEVEL_PLATEAU_THRESHOLD = 0.1
+"""The plateau threshold on the scale-free speed $t|\nabla L|^2/(L -
+L_{\text{floor}})$ of every other problem (the stages' `level_entry_speed`)."""
 
 
 # ---------------------------------------------------------------------------
@@ -188,16 +201,20 @@ def _starts_still(traj: Trajectory, scale: float, threshold: float) -> bool:
 
 
 def plateaus(
-    traj: Trajectory, threshold: float = DEFAULT_PLATEAU_THRESHOLD, merge: float = 0.1
+    traj: Trajectory, threshold: float | None = None, merge: float = 0.1
 ) -> list[tuple[int, int, int]]:
     r"""The plateaus of a trajectory, found from `traj.loss` and `traj.grad_norm`.
 
     Along the flow $dL/d\log t = -t\,|\nabla L|^2$. A save time is *on a
-    plateau* when the loss falls by less than `threshold` of its scale $\ell$
-    per e-fold of time: $q(t) = t|\nabla L|^2 / \ell <$ `threshold`, with
-    $\ell$ the problem's loss scale (a [`gradflow.StagedProblem`][]'s
-    `loss_scale()`; for the paper's model its whole range
-    $\log d - H(P|\pi)$), or where it gives none the loss at the start. Runs of such
+    plateau* when the loss falls by less than `threshold` of its height above
+    its floor per e-fold of time (scale-free, `docs/stages.md`, "Scale-free
+    plateaus"): $q(t) = t|\nabla L|^2 / \lambda <$ `threshold`, $\lambda =
+    \min(\ell, L - L_{\text{floor}})$ (default `threshold`
+    `DEFAULT_LEVEL_PLATEAU_THRESHOLD` = 0.1); for a
+    [`gradflow.StagedProblem`][] against its loss scale, $\lambda = \ell$
+    (its `loss_scale()`; for the paper's model its whole range
+    $\log d - H(P|\pi)$; default `threshold` `DEFAULT_PLATEAU_THRESHOLD` =
+    0.01). $\ell$ is the loss at the start where the problem gives none. Runs of such
     times separated by less than `merge` in $\log t$ are merged. Each plateau
     is represented by its save with the least $|\nabla L|$ (the closest
     approach to the critical point it shadows).
@@ -205,6 +222,14 @@ def plateaus(
     **Returns:** a list of `(start, best, end)` save indices.
     """
     traj = check_trajectory(traj)
+    loss = np.asarray(traj.loss)
+    floor = speed_floor(traj.problem, loss[0]) if traj.problem is not None else None
+    if threshold is None:
+        threshold = (
+            DEFAULT_PLATEAU_THRESHOLD
+            if floor is None
+            else DEFAULT_LEVEL_PLATEAU_THRESHOLD
+        )
     threshold = float(threshold)
     if not math.isfinite(threshold) or threshold <= 0:
         raise ValueError(
@@ -213,9 +238,13 @@ def plateaus(
     ts = np.asarray(traj.ts)
     g = np.asarray(traj.grad_norm)
     span = _loss_scale(traj)
-    q = ts * g**2 / max(span, 1e-12)
+    kind = loss.dtype
+    eps = float(np.finfo(kind).eps) if kind.kind == "f" else 2.2e-16
+    level = loss_level(loss.astype(np.float64), max(span, 1e-12), floor, eps)
+    q = ts * g**2 / level
     on = q < threshold
-    if on[0] and ts[0] == 0 and not _starts_still(traj, span, threshold):
+    still = min(threshold, DEFAULT_PLATEAU_THRESHOLD)
+    if on[0] and ts[0] == 0 and not _starts_still(traj, span, still):
         # the run from t = 0 is slow only because t is small
         on[: int(np.argmin(on)) if not on.all() else on.size] = False
     runs: list[list[int]] = []
@@ -238,7 +267,7 @@ def plateaus(
 def critical_points(
     traj: Trajectory,
     *,
-    threshold: float = DEFAULT_PLATEAU_THRESHOLD,
+    threshold: float | None = None,
     tol: float = DEFAULT_REL_TOL,
     method: str = "auto",
 ) -> list[CriticalPoint]:
@@ -289,6 +318,7 @@ def critical_points(
 
 __all__ = [
     "CriticalPoint",
+    "DEFAULT_LEVEL_PLATEAU_THRESHOLD",
     "DEFAULT_PLATEAU_THRESHOLD",
     "classify",
     "critical_points",

@@ -25,7 +25,7 @@ from .._problem.curvature import flat_grad, flat_hvp, flatten_params, shape_of
 from .._problem.functions import loss_floor
 from .._result.trajectory import Trajectory
 from ._checks import check_point, check_trajectory
-from ._critical import DEFAULT_PLATEAU_THRESHOLD, CriticalPoint, critical_points
+from ._critical import CriticalPoint, critical_points
 
 
 # The flow counts as linear near a critical point while the gradient's
@@ -247,7 +247,7 @@ def theory_report(
     traj: Trajectory,
     *,
     points: list[CriticalPoint] | None = None,
-    threshold: float = DEFAULT_PLATEAU_THRESHOLD,
+    threshold: float | None = None,
 ) -> list[dict[str, Any]]:
     r"""Predicted against measured, for every stage the linearisation explains.
 
