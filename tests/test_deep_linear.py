@@ -303,6 +303,7 @@ def test_cli_run_refuses_an_unknown_problem(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert (
-        "--problem must be one of markov, deep-linear, committee, in-context or" in err
+        "--problem must be one of markov, deep-linear, committee, in-context, "
+        "diagonal-linear or" in err
     )
     assert "'package.module:factory', got 'nonsense'" in err

@@ -1177,6 +1177,51 @@ CASES = [
     ),
     # the problems beyond the paper (`docs/problems.md`)
     Case(
+        "DiagonalLinear-parametrisation",
+        lambda f: gf.problems.DiagonalLinear(np.ones(2), [1.0, 0.0], "u*v"),
+        ValueError,
+        r"parametrisation must be 'u2-v2' or 'uv', got parametrisation = 'u\*v'",
+    ),
+    Case(
+        "DiagonalLinear-target-shape",
+        lambda f: gf.problems.DiagonalLinear(EYE2, [1.0, 0.0, 2.0]),
+        ValueError,
+        r"target must be a vector of 2 numbers \(one per row of the covariance\), "
+        r"got shape \(3,\)",
+    ),
+    Case(
+        "DiagonalLinear-target-non-finite",
+        lambda f: gf.problems.DiagonalLinear(EYE2, [1.0, np.nan]),
+        ValueError,
+        r"target has a non-finite entry at \(1,\): nan",
+    ),
+    Case(
+        "DiagonalLinear-covariance-variance",
+        lambda f: gf.problems.DiagonalLinear([1.0, -2.0], [1.0, 0.0]),
+        ValueError,
+        r"covariance must have positive variances, got covariance\[1\] = -2",
+    ),
+    Case(
+        "DiagonalLinear-covariance-not-positive-definite",
+        lambda f: gf.problems.DiagonalLinear(
+            np.array([[1.0, 2.0], [2.0, 1.0]]), [1.0, 0.0]
+        ),
+        ValueError,
+        r"covariance must be positive definite, got smallest eigenvalue -1",
+    ),
+    Case(
+        "DiagonalLinear-noise",
+        lambda f: gf.problems.DiagonalLinear(EYE2, [1.0, 0.0], noise=-0.1),
+        ValueError,
+        r"noise must be finite and >= 0, got noise = -0\.1",
+    ),
+    Case(
+        "saddle_to_saddle-problem",
+        lambda f: gf.theory.saddle_to_saddle(f.deep_linear),
+        TypeError,
+        r"saddle_to_saddle takes a gradflow\.problems\.DiagonalLinear, got DeepLinear",
+    ),
+    Case(
         "DeepLinear-sigma_xx-not-square",
         lambda f: gf.problems.DeepLinear(np.ones((2, 3)), np.ones((2, 3)), (2,)),
         ValueError,
@@ -1612,7 +1657,8 @@ CLI_CASES = [
     CliCase(
         "run-problem-unknown",
         lambda f: ["run", "--problem", "nonsense"],
-        r"--problem must be one of markov, deep-linear, committee, in-context or "
+        r"--problem must be one of markov, deep-linear, committee, in-context, "
+        r"diagonal-linear or "
         r"'package\.module:factory', got 'nonsense'",
     ),
     CliCase(
@@ -1672,6 +1718,28 @@ CLI_CASES = [
             "1",
         ],
         r"--frames must be >= 2, got 1",
+    ),
+    CliCase(
+        "run-diagonal-covariance",
+        lambda f: [
+            "run",
+            "--problem",
+            "diagonal-linear",
+            "--target",
+            "1",
+            "0",
+            "--covariance",
+            "1",
+            "2",
+            "3",
+        ],  # fmt: skip
+        r"--covariance must be 2 variances or 4 matrix entries \(D = 2, the "
+        r"length of --target\), got 3 numbers",
+    ),
+    CliCase(
+        "run-diagonal-parametrisation",
+        lambda f: ["run", "--problem", "diagonal-linear", "--parametrisation", "vu"],
+        r"--parametrisation must be one of u2-v2, uv, got 'vu'",
     ),
     CliCase(
         "run-key-dim",

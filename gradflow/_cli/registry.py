@@ -10,7 +10,8 @@ The first is the default of `--problem`. A new built-in problem adds its
 from ..markov import cli as markov
 from ..problems._committee import cli as committee
 from ..problems._deep_linear import cli as deep_linear
+from ..problems._diagonal_linear import cli as diagonal_linear
 from ..problems._in_context import cli as in_context
 
 
-__all__ = ["markov", "deep_linear", "committee", "in_context"]
+__all__ = ["markov", "deep_linear", "committee", "in_context", "diagonal_linear"]

@@ -25,7 +25,10 @@ stage boundary). The deep linear network:
 machine: [`order_parameter_figure`][gradflow.plot.order_parameter_figure],
 [`committee_phase_diagram`][gradflow.plot.committee_phase_diagram]. In-context
 regression: [`staircase_figure`][gradflow.plot.staircase_figure] (the loss on
-the predicted levels, the eigen-components against the minimiser's).
+the predicted levels, the eigen-components against the minimiser's). The
+diagonal linear network:
+[`saddle_path_figure`][gradflow.plot.saddle_path_figure] (the loss and
+$\beta$ in the rescaled time, over the saddle-to-saddle limit).
 
 Runs to watch and to show (`docs/analysis.md`):
 
@@ -64,6 +67,9 @@ from ..problems._deep_linear.plot import (  # noqa: E402
     half_times as half_times,
     learning_time_figure as learning_time_figure,
     mode_strength_figure as mode_strength_figure,
+)
+from ..problems._diagonal_linear.plot import (  # noqa: E402
+    saddle_path_figure as saddle_path_figure,
 )
 from ..problems._in_context import views as _in_context_views  # noqa: F401
 from ..problems._in_context.plot import (  # noqa: E402
@@ -148,6 +154,7 @@ __all__ = [
     "save_figure",
     "shade_stages",
     "stage_label",
+    "saddle_path_figure",
     "staircase_figure",
     "summary_figure",
     "sweep_summary",

@@ -14,6 +14,9 @@ capabilities it has ([`gradflow.SampledProblem`][] for SGD,
   linear teacher (Saxe, McClelland and Ganguli 2014).
 - [`Committee`][gradflow.problems.Committee]: the soft committee machine
   (Saad and Solla 1995).
+- [`DiagonalLinear`][gradflow.problems.DiagonalLinear]: a diagonal linear
+  network, $\beta = u^2 - v^2$ or $u \odot v$, on linear regression: the
+  saddle-to-saddle dynamics of Pesme and Flammarion (2023).
 - [`InContextRegression`][gradflow.problems.InContextRegression]: in-context
   linear regression with linear attention (Zhang, Singh, Latham and Saxe
   2025).
@@ -41,6 +44,7 @@ from .._stages import Curves as Curves, plateau_intervals as plateau_intervals
 from ..markov.problem import MarkovAttention as MarkovAttention
 from ._committee.problem import Committee as Committee
 from ._deep_linear.problem import DeepLinear as DeepLinear
+from ._diagonal_linear.problem import DiagonalLinear as DiagonalLinear
 from ._in_context.problem import InContextRegression as InContextRegression
 
 
@@ -48,6 +52,7 @@ __all__ = [
     "Committee",
     "Curves",
     "DeepLinear",
+    "DiagonalLinear",
     "InContextRegression",
     "MarkovAttention",
     "Problem",

@@ -24,7 +24,10 @@ The closed forms of the built-in problems are here too:
   `deep_linear_saddle`, ...), the soft committee machine (Saad and Solla
   1995: `committee_plateau`, ...) and in-context regression with linear
   attention (Zhang et al. 2025: `in_context_level`, `in_context_saddle`,
-  ...).
+  ...);
+- the diagonal linear network: the saddle-to-saddle limit path of Pesme
+  and Flammarion (2023), `saddle_to_saddle`, and the same path measured on
+  a trajectory, `diagonal_jumps`.
 """
 
 # The generic theory first: the problems' modules below build on it.
@@ -54,6 +57,14 @@ from ..problems._deep_linear.theory import (  # noqa: E402
     deep_linear_saddle_rate as deep_linear_saddle_rate,
     saxe_learning_time as saxe_learning_time,
     saxe_mode_strength as saxe_mode_strength,
+)
+from ..problems._diagonal_linear.report import (  # noqa: E402
+    diagonal_jumps as diagonal_jumps,
+)
+from ..problems._diagonal_linear.theory import (  # noqa: E402
+    Jump as Jump,
+    dual_speed as dual_speed,
+    saddle_to_saddle as saddle_to_saddle,
 )
 from ..problems._in_context import (  # noqa: E402
     report as _in_context_report,
@@ -100,8 +111,11 @@ from ._report import (
 __all__ = [
     "CommitteePlateau",
     "CriticalPoint",
+    "Jump",
     "Linearization",
     "balanced_start",
+    "diagonal_jumps",
+    "dual_speed",
     "classify",
     "committee_plateau",
     "continue_critical_point",
@@ -133,6 +147,7 @@ __all__ = [
     "report_row",
     "report_rows",
     "saddle_rows",
+    "saddle_to_saddle",
     "saxe_learning_time",
     "saxe_mode_strength",
     "subspace_overlap",
