@@ -107,11 +107,12 @@ def test_motion_saves_fill_the_fast_moves_and_change_nothing_else(deep):
     assert dense.settings.num_saves == grid.settings.num_saves == 798
     assert dense.settings.motion == 0.02 and grid.settings.motion is None
     # the extra saves lie in the drops and in the growth out of the origin
-    # (measured: 211 in all, 182 on the first plateau, where the parameters
-    # of size 6e-3 grow by 2 % every 0.02 in t, which the scale-free speed
-    # counts as the plateau's until the loss falls by 40 % of its height per
-    # e-fold of t, and 33 within 10 % of the drops' ends), none on the
-    # plateaus between the drops, where the size stays put
+    # (measured: 324 in all, 157 within 10 % of the drops, the others on the
+    # first plateau, where the parameters of size 6e-3 grow by 2 % every
+    # 0.02 in t, which the scale-free speed counts as the plateau's until the
+    # loss falls by 20 % of its height per e-fold of t), at most one inside
+    # each plateau between the drops (10 % in t from its ends), where the size
+    # barely moves (measured: 1 and 1)
     extra = dense.ts[~on_grid]
     assert extra.size > 50
     drops = [s for s in grid.stages if s.name == "drop"]
@@ -120,10 +121,12 @@ def test_motion_saves_fill_the_fast_moves_and_change_nothing_else(deep):
     in_drop = np.zeros(extra.size, bool)
     for s in drops:
         in_drop |= (extra >= s.t_start * 0.9) & (extra <= s.t_end * 1.1)
-    assert in_drop.sum() > 20
-    assert np.all(in_drop | (extra <= plateaus[0].t_end))
+    assert in_drop.sum() > 100
+    elsewhere = ~(in_drop | (extra <= plateaus[0].t_end))
+    assert np.sum(elsewhere) <= len(plateaus) - 1
     for s in plateaus[1:]:
-        assert not np.any((extra > s.t_start) & (extra < s.t_end)), s
+        middle = (extra > 1.1 * s.t_start) & (extra < 0.9 * s.t_end)
+        assert np.sum(middle) <= 1, s
     # each extra save is the flow there (to the solver's accuracy)
     for i in np.flatnonzero(~on_grid)[::25]:
         x = ravel_pytree(dense.at(int(i)))[0]

@@ -366,13 +366,17 @@ class LoopJob(Job):
         return run_chunk(self.spec, self.args, self.ts, self.t1, state)
 
     def collect(self, state: LoopState):
+        before = state
         state, new = read_buffer(state)
         for crossing in new:
             record = self.record(crossing)
             self.records.append(record)
             if self.on_event is not None:
                 self.on_event(record, crossing)
-        state, ts, ys = read_trace(state)
+        if new:  # emptying the crossings emptied the motion saves too: read them first
+            _, ts, ys = read_trace(before)
+        else:
+            state, ts, ys = read_trace(state)
         if ts.size:
             self.dense_t.append(ts)
             self.dense_y.append(ys)
