@@ -14,24 +14,32 @@ within 5 % and no other plateau.
 """
 
 import argparse
+import importlib.util
 import math
 import sys
 from pathlib import Path
 
-import numpy as np
-
-import gradflow as gf
-
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from staircase_cases import (  # noqa: E402
-    CONVERGENCE_PROBLEMS,
-    convergence_errors,
-    found_levels,
-    staircase_cases,
-    staircase_flow,
-)
+
+
+def _tests_module(name: str):
+    """A helper module of `tests/`, loaded from its file under its own name."""
+    path = ROOT / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_cases = _tests_module("staircase_cases")
+CONVERGENCE_PROBLEMS = _cases.CONVERGENCE_PROBLEMS
+convergence_errors = _cases.convergence_errors
+found_levels = _cases.found_levels
+staircase_cases = _cases.staircase_cases
+staircase_flow = _cases.staircase_flow
 
 
 STAGES_BEGIN = "<!-- BEGIN GENERATED STAIRCASES (benchmarks/staircases.py) -->"
@@ -94,14 +102,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--print", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    gf.Run  # noqa: B018  (public names only)
     stairs = staircase_table()
     conv = convergence_table()
     print(stairs, conv, sep="\n\n")
     if not args.print:
         _write(ROOT / "docs" / "stages.md", STAGES_BEGIN, stairs)
         _write(ROOT / "docs" / "problems.md", PROBLEMS_BEGIN, conv)
-    np.set_printoptions()
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def save_point(t, y, problem: Problem) -> dict:
     return {"loss": loss, "grad_norm": grad_norm, "params": y}
 
 
-def saddle_speed(t, y, problem: Problem, scale, field=None, floor=None):
+def saddle_speed(t, y, problem: Problem, scale, field=None, *, floor=None):
     r"""$s = t |\nabla L|^2 / \lambda$: the loss's fall per unit of $\log t$,
     relative to its level $\lambda$ above `floor` (small on a plateau;
     `gradflow._stages.loss_level`), or to its scale $\ell$ where `floor` is
@@ -127,7 +127,7 @@ class Observer(eqx.Module):
                 problem,
                 self.scale if scale is None else scale,
                 field,
-                self.floor,
+                floor=self.floor,
             )
             escape, entry = self.thresholds.speeds(self.floor is not None)
             values += [s - escape, entry - s]

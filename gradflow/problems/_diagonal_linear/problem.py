@@ -14,6 +14,7 @@ saddle-to-saddle limit of Pesme and Flammarion (2023),
 [`gradflow.theory.saddle_to_saddle`][].
 """
 
+import math
 from typing import Any
 
 import equinox as eqx
@@ -25,10 +26,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..._core.custom_types import Scalar
 from ..._core.errors import show
 from ..._core.random import scaled_normal
-from ..._core.validate import check_covariance, check_finite_entries
+from ..._core.validate import check_covariance, check_finite_entries, check_number
 from ..._problem.base import BoundedProblem, ObservedProblem, SampledProblem
 from ..._result.labelled import ArrayNames, array_names
-from .._in_context.problem import check_noise
 
 
 PARAMETRISATIONS = ("u2-v2", "uv")
@@ -70,6 +70,14 @@ def check_target(value, dimension: int) -> np.ndarray:
             f"covariance), got shape {arr.shape}"
         )
     return check_finite_entries("target", arr)
+
+
+def check_noise(noise) -> float:
+    """The labels' noise standard deviation: a finite number >= 0."""
+    value = check_number("noise", noise)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"noise must be finite and >= 0, got noise = {show(noise)}")
+    return value
 
 
 def check_parametrisation(value) -> str:
