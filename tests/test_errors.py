@@ -1534,6 +1534,18 @@ class CliCase(NamedTuple):
 
 CLI_CASES = [
     CliCase(
+        "theory-problem",
+        lambda f: ["theory", "--problem", "mymod:make"],
+        r"--problem: gradflow theory reads the problem from a saved run; run "
+        r"`gradflow run --problem P --out DIR` first, then `gradflow theory DIR`",
+    ),
+    CliCase(
+        "report-problem",
+        lambda f: ["report", str(f.folder), "--problem", "deep-linear"],
+        r"--problem: gradflow report reads the problem from a saved run; run "
+        r"`gradflow run --problem P --out DIR` first, then `gradflow report DIR`",
+    ),
+    CliCase(
         "run-text-missing",
         lambda f: ["run", "--text", str(f.folder / "wikitext"), "--vocab-size", "3"],
         r"--text: no such file or folder: '.*wikitext'; give an existing path",

@@ -39,8 +39,6 @@ import inspect
 import itertools
 import json
 import math
-import os
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -49,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from . import registry
-from .common import UserCodeError
+from .common import UserCodeError, current_folder_on_path
 
 
 ALL_COMMANDS = ("run", "sweep", "sgd")
@@ -403,8 +401,7 @@ class Factory:
                 f"--problem must be one of {', '.join(plugins())} or '{FACTORY}', "
                 f"got {path!r}"
             )
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        current_folder_on_path()
         try:
             obj = importlib.import_module(module_name)
         except ImportError as e:
