@@ -92,6 +92,8 @@ def _compiles():
 
 def test_flow_holds_the_function_as_written_in_code(traj):
     assert traj.ok and traj.problem.name == "net"
+    # the result code prints as its name (not Equinox's `...RESULTS<>`)
+    assert str(traj.result) == repr(traj.result) == "RESULTS.successful"
     ref = gf.flow(Tanh(M1), **KW)
     np.testing.assert_array_equal(traj.loss, ref.loss)
     for a, b in zip(jax.tree.leaves(traj.params), jax.tree.leaves(ref.params)):
