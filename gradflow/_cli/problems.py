@@ -437,8 +437,11 @@ class Factory:
                 f"--problem: {self.NAME}(...) returned a {type(problem).__name__}, "
                 "not a gradflow.Problem"
             )
+        from .._problem.functions import describe
+
         what = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        return problem, f"{problem} from {self.NAME}({what})"
+        # by its class and fields (arrays by shape), as pages and results
+        return problem, f"{describe(problem)} from {self.NAME}({what})"
 
 
 def factory_kwargs(path: str, fn, items: Sequence[str]) -> dict:
