@@ -264,6 +264,7 @@ def test_a_progress_bar_ends_where_the_work_stopped_and_its_line(capsys):
     """A bar closed before its end stays where the work stopped (not moved to
     100 %) and ends its line, so that the next output is a line of its own;
     a bar not yet drawn (its `delay` not over) draws nothing."""
+    # the progress bar has no public name: the bar itself is under test
     from gradflow._core.progress import host_progress
 
     with host_progress(10.0, delay=0.0) as bar:
