@@ -279,13 +279,13 @@ def leaf_label(path: str | None) -> str:
     PyTree after `params` (`"[0]"` -> `params[0]`, `"['a']"` -> `params['a']`),
     a single array `params`. A path stored as a dict key (a file read without
     its problem's class: `"['[0]']"`) is read as the path it names."""
-    path = path or ""
-    inner = re.fullmatch(r"\['(\[.*\]|\..*)'\](.*)", path)
+    key: str = path or ""
+    inner = re.fullmatch(r"\['(\[.*\]|\..*)'\](.*)", key)
     if inner:  # `['[0]']`: the key is itself a path
-        path = inner.group(1) + inner.group(2)
-    if path.startswith("."):
-        return path[1:]
-    return "params" + path
+        key = inner.group(1) + inner.group(2)
+    if key.startswith("."):
+        return key[1:]
+    return "params" + key
 
 
 def stage_table(stages) -> str:
