@@ -260,6 +260,45 @@ def test_theory_report_sweep_and_sgd_import_a_factory_as_run_does(
     assert capsys.readouterr().err == ""
 
 
+_EDITED = """
+import jax, jax.numpy as jnp
+import gradflow as gf
+
+class Bowl(gf.Problem):
+    c: jax.Array
+
+    def loss(self, params):
+        return {k} * jnp.sum((params - self.c) ** 2)
+
+    def init(self, key, init_scale):
+        return init_scale * jnp.ones(3)
+
+def make():
+    return Bowl(jnp.ones(3))
+"""
+
+
+def test_an_edited_problem_is_solved_anew(tmp_path, monkeypatch):
+    """A user edits the loss of their problem between two `gradflow run`s
+    (same class name, same shapes): the second run solves the new loss, not
+    the first run's compiled program (the command line keeps traced solves
+    on disk, keyed by what they compute; a user's class is not keyed by its
+    name alone)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    argv = ["run", "--problem", "user_bowl:make", "--t1", "1", "--num-saves", "5"]
+    argv += ["--no-figures", *QUIET, "--out"]
+    first = []
+    for k, out in ((1.0, "one"), (2.0, "two")):
+        (tmp_path / "user_bowl.py").write_text(_EDITED.format(k=k))
+        sys.modules.pop("user_bowl", None)
+        assert main([*argv, out]) == 0
+        first.append(gf.load(tmp_path / out / "trajectory.npz").loss[0])
+    # L(start) = k |1e-3 - 1|^2 * 3
+    np.testing.assert_allclose(first, [3 * 0.999**2, 6 * 0.999**2], rtol=1e-12)
+
+
 @pytest.fixture
 def slow_factory(tmp_path, monkeypatch):
     """A user's module with factories: one that stops as Ctrl-C does, one
