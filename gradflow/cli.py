@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     during a solve, what was computed is written and a checkpoint resumes it).
     No traceback: an unexpected error is one line too, unless
     `GRADFLOW_TRACEBACK=1` asks for the traceback."""
+    from ._cli.common import MisplacedFlag
+
     args = argparse.Namespace(command=None)
     try:
         parser = build_parser()
@@ -117,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         enable_compilation_cache()
         return int(args.func(args) or 0)
+    except MisplacedFlag as e:  # a flag of another command: one line
+        print(e, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # Ctrl-C outside a solve's loop of chunks (a solve reports its own):
         # while importing, tracing, compiling or writing files

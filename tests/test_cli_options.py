@@ -27,11 +27,13 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def _options(parser):
+    # (not the hidden flags of another command that a command refuses in one
+    # line, such as `theory --problem`: they are not its options)
     return {
         s: a
         for a in parser._actions
         for s in a.option_strings
-        if s.startswith("--") and s != "--help"
+        if s.startswith("--") and s != "--help" and a.help != argparse.SUPPRESS
     }
 
 
@@ -42,6 +44,8 @@ def test_help_shows_every_default_once(command):
     for action in parser._actions:
         if not action.option_strings or action.nargs == 0 or action.help is None:
             continue  # positionals, flags (default off) and --help
+        if action.help == argparse.SUPPRESS:
+            continue  # a hidden flag of another command, refused in one line
         text = formatter._expand_help(action)
         assert text.lower().count("default") == 1, (command, action.dest, text)
         assert "(default 30)" not in text and "%(" not in text

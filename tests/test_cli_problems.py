@@ -180,6 +180,125 @@ def test_overwrite_keeps_the_folder_when_the_command_is_refused(tmp_path, capsys
     assert json.loads((out / "command.json").read_text()) == listed
 
 
+_USER_MODULE = """
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+import gradflow as gf
+
+
+class Net(gf.SampledProblem):
+    M: jax.Array
+    activation: Callable = jnp.tanh
+    name: str = "net"
+
+    def loss(self, params):
+        U, V = params
+        return 0.5 * jnp.sum((self.activation(U) @ V.T - self.M) ** 2)
+
+    def init(self, key, init_scale):
+        ku, kv = jax.random.split(key)
+        return (init_scale * jax.random.normal(ku, (3, 2), self.M.dtype),
+                init_scale * jax.random.normal(kv, (3, 2), self.M.dtype))
+
+    def sample(self, key, n):
+        return jax.random.normal(key, (n, 3), self.M.dtype)
+
+    def sample_loss(self, params, x):
+        U, V = params
+        r = self.activation(U) @ V.T - self.M
+        return 0.5 * jnp.mean(jnp.sum((x @ r.T) ** 2, axis=1))
+
+
+def make(top: float = 2.0):
+    return Net(jnp.diag(jnp.array([top, 0.5, 0.0])))
+"""
+
+
+def _forget(module: str) -> None:
+    """As in a new process started in the same folder: the folder is not on
+    the import path and `module` is not imported."""
+    sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+    sys.modules.pop(module, None)
+
+
+def test_theory_report_sweep_and_sgd_import_a_factory_as_run_does(
+    tmp_path, monkeypatch, capsys
+):
+    """From one folder: `gradflow run --problem mymod:make --out D`, then
+    `gradflow theory D` and `gradflow report D` find the class the file names
+    (exit 0, no warning, the page titled by the class), and `sweep` and `sgd`
+    take the factory too. The problem holds a function and a string."""
+    (tmp_path / "mymod.py").write_text(_USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "mymod", raising=False)
+    short = ["--t1", "20", "--num-saves", "40", "--no-figures", *QUIET]
+    assert main(["run", "--problem", "mymod:make", *short, "--out", "D"]) == 0
+    capsys.readouterr()
+    _forget("mymod")
+    assert main(["theory", "D"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == "" and printed.out.startswith("Trajectory(Net(M=3x3")
+    assert "escape rate" in printed.out
+    _forget("mymod")
+    assert main(["report", "D", "--frames", "5"]) == 0
+    assert capsys.readouterr().err == ""
+    html = (tmp_path / "D" / "report.html").read_text()
+    assert "<title>gradient flow of Net(M=3x3, name=net)</title>" in html
+    _forget("mymod")
+    sweep = ["sweep", "--problem", "mymod:make", "--seeds", "2"]
+    assert main([*sweep, *short, "--out", "S"]) == 0
+    sw = gf.load_sweep(tmp_path / "S" / "sweep.npz")
+    assert len(sw) == 2 and sw.ok.all() and sw[0].problem.activation.__name__ == "tanh"
+    _forget("mymod")
+    sgd = ["sgd", "--problem", "mymod:make", "--t1", "2", "--lr", "0.05"]
+    assert main([*sgd, "--num-saves", "10", "--no-figures", *QUIET, "--out", "G"]) == 0
+    assert gf.load_sgd(tmp_path / "G" / "sgd_run.npz").ok
+    assert capsys.readouterr().err == ""
+
+
+_EDITED = """
+import jax, jax.numpy as jnp
+import gradflow as gf
+
+class Bowl(gf.Problem):
+    c: jax.Array
+
+    def loss(self, params):
+        return {k} * jnp.sum((params - self.c) ** 2)
+
+    def init(self, key, init_scale):
+        return init_scale * jnp.ones(3)
+
+def make():
+    return Bowl(jnp.ones(3))
+"""
+
+
+def test_an_edited_problem_is_solved_anew(tmp_path, monkeypatch):
+    """A user edits the loss of their problem between two `gradflow run`s
+    (same class name, same shapes): the second run solves the new loss, not
+    the first run's compiled program (the command line keeps traced solves
+    on disk, keyed by what they compute; a user's class is not keyed by its
+    name alone)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    argv = ["run", "--problem", "user_bowl:make", "--t1", "1", "--num-saves", "5"]
+    argv += ["--no-figures", *QUIET, "--out"]
+    first = []
+    for k, out in ((1.0, "one"), (2.0, "two")):
+        (tmp_path / "user_bowl.py").write_text(_EDITED.format(k=k))
+        sys.modules.pop("user_bowl", None)
+        assert main([*argv, out]) == 0
+        first.append(gf.load(tmp_path / out / "trajectory.npz").loss[0])
+    # L(start) = k |1e-3 - 1|^2 * 3
+    np.testing.assert_allclose(first, [3 * 0.999**2, 6 * 0.999**2], rtol=1e-12)
+
+
 @pytest.fixture
 def slow_factory(tmp_path, monkeypatch):
     """A user's module with factories: one that stops as Ctrl-C does, one

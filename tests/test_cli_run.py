@@ -260,6 +260,26 @@ def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
     assert not traj.ok and 0 < traj.t_final < 300
 
 
+def test_a_progress_bar_ends_where_the_work_stopped_and_its_line(capsys):
+    """A bar closed before its end stays where the work stopped (not moved to
+    100 %) and ends its line, so that the next output is a line of its own;
+    a bar not yet drawn (its `delay` not over) draws nothing."""
+    # the progress bar has no public name: the bar itself is under test
+    from gradflow._core.progress import host_progress
+
+    with host_progress(10.0, delay=0.0) as bar:
+        bar.update(4.0)
+    print("next", file=sys.stderr)
+    err = capsys.readouterr().err
+    assert err.endswith("]\nnext\n"), err
+    last = err.split("\r")[-1]
+    assert " 40.0%" in last and "100.0%" not in err
+    with host_progress(10.0, delay=60.0) as bar:
+        bar.update(4.0)
+    print("next", file=sys.stderr)
+    assert capsys.readouterr().err == "next\n"
+
+
 def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, capsys):
     """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
     and tables are written, the exit code is 130, and the checkpoint resumes."""
@@ -273,7 +293,15 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, capsys):
                     + ["--chunk-steps", "60"])  # fmt: skip
     assert pressed and code == 130
     err = capsys.readouterr().err
-    assert "interrupted at t = " in err and "partial trajectory" in err
+    # the notice of the first Ctrl-C, then the message: on a line of its own,
+    # the word once, the resume advice in the command's terms (not Python's)
+    *_, notice, message = err.strip("\n").split("\n")
+    assert notice.startswith("gradflow: interrupt received; stopping after")
+    assert message.startswith("gradflow run: interrupted at t = ")
+    assert message.count("interrupted") == 1 and "checkpoint=" not in message
+    assert f"the partial trajectory is in {out / 'trajectory.npz'}" in message
+    assert message.endswith(f"the checkpoint {ck} holds the state: run the same "
+                            "command to resume")  # fmt: skip
     partial = gf.load(out / "trajectory.npz")
     assert not partial.ok and 0 < partial.t_final < 300
     assert bool(partial.result == gf.RESULTS.interrupted)

@@ -1085,6 +1085,16 @@ CASES = [
         TypeError,
         r"path must be a str or os\.PathLike, got NoneType",
     ),
+    Case(
+        "save-problem-lambda",
+        lambda f: eqx.tree_at(
+            lambda t: t.problem, f.one_save, _Loss(lambda p: jnp.sum(p**2))
+        ).save(f.folder / "lambda.npz"),
+        TypeError,
+        r"_Loss\.fn = function .*<lambda> cannot be saved: a "
+        r"problem's fields must be arrays, equinox modules, numbers, strings, "
+        r"flags, None, tuples of them, or functions importable by name",
+    ),
     # ---------------------------------------------------- animate, report
     Case(
         "report-folder-without-a-result",
@@ -1568,6 +1578,18 @@ class CliCase(NamedTuple):
 
 
 CLI_CASES = [
+    CliCase(
+        "theory-problem",
+        lambda f: ["theory", "--problem", "mymod:make"],
+        r"--problem: gradflow theory reads the problem from a saved run; run "
+        r"`gradflow run --problem P --out DIR` first, then `gradflow theory DIR`",
+    ),
+    CliCase(
+        "report-problem",
+        lambda f: ["report", str(f.folder), "--problem", "deep-linear"],
+        r"--problem: gradflow report reads the problem from a saved run; run "
+        r"`gradflow run --problem P --out DIR` first, then `gradflow report DIR`",
+    ),
     CliCase(
         "run-text-missing",
         lambda f: ["run", "--text", str(f.folder / "wikitext"), "--vocab-size", "3"],

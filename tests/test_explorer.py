@@ -250,3 +250,65 @@ def test_the_sweep_page_in_a_browser(browser, pages, tmp_path):
     browser.find_element(By.CSS_SELECTOR, "#back a").click()
     assert browser.find_element(By.ID, "phase").is_displayed()
     assert _errors(browser) == []
+
+
+def _user_run():
+    """A user's problem (matrix factorisation with tuple parameters, a
+    function among its fields), whose loss falls by many decades."""
+    from collections.abc import Callable
+
+    import jax
+    import jax.numpy as jnp
+
+    import gradflow as gf
+
+    class Factors(gf.Problem):
+        M: jax.Array
+        activation: Callable = jnp.tanh
+
+        def loss(self, params):
+            U, V = params
+            return 0.5 * jnp.sum((self.activation(U) @ V.T - self.M) ** 2)
+
+        def init(self, key, init_scale):
+            ku, kv = jax.random.split(key)
+            return (init_scale * jax.random.normal(ku, (3, 2)),
+                    init_scale * jax.random.normal(kv, (3, 2)))  # fmt: skip
+
+    problem = Factors(jnp.diag(jnp.array([2.0, 0.5, 0.0])))
+    return gf.flow(problem, 1e-3, t1=40.0, saveat=data.saves(40.0, 120),
+                   run=gf.Run(progress=False))  # fmt: skip
+
+
+def test_a_user_problem_s_page_speaks_of_its_own_parts(browser, tmp_path):
+    """The page of a user's problem is named by the problem's class and its
+    parameter leaves (`params[0]`, not `params['[0]']`), its tables carry
+    only the columns that apply (no `tokens` of the paper's model), and its
+    loss axis stays within the data: a log axis for a loss that falls by
+    decades (never below 0)."""
+    from selenium.webdriver.common.by import By
+
+    traj = _user_run()
+    assert traj.loss[-1] < 1e-6 * traj.loss[0]
+    page = plot.report(traj, tmp_path / "user.html")
+    browser.get(page.as_uri())
+    assert _errors(browser) == []
+    assert browser.title.startswith("gradient flow of Factors(")
+    titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#views h4")]
+    assert titles == ["singular values of params[0]", "singular values of params[1]"]
+    heads = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#stages th")]
+    assert "tokens" not in heads and heads[-1] == "rank"
+    ranks = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#stages tr")]
+    assert any(r.startswith("rank") and "params[0]: 1" in r for r in ranks)
+    events = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#events th")]
+    assert "token" not in events
+    texts = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#loss-svg text")]
+    assert "population loss (log scale)" in texts
+    # the loss axis's ticks (right-aligned; the time axis's are centred)
+    y_ticks = browser.find_elements(By.CSS_SELECTOR, "#loss-svg text[text-anchor=end]")
+    ticks = [float(e.text) for e in y_ticks]
+    assert all(re.fullmatch(r"1e-?\d+", e.text) for e in y_ticks)
+    assert len(ticks) >= 3 and min(ticks) > 0
+    # within the data: the top tick at or below the loss's top, decades down
+    assert max(ticks) <= traj.loss.max() and min(ticks) >= traj.loss.min()
+    _not_blank(_screenshot(browser, "user_problem", tmp_path))

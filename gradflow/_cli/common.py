@@ -7,9 +7,12 @@ and the solver), checkpoints and output (`--out`, `--overwrite`, figures,
 progress), with the output folder they write into."""
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from .._core.files import existing_path as existing_path
@@ -114,6 +117,54 @@ def fail(args: argparse.Namespace, error: BaseException | str) -> int:
     message = " ".join(message.split())
     print(f"gradflow {args.command}: error: {message}", file=sys.stderr)
     return 2
+
+
+class MisplacedFlag(Exception):
+    """A flag of another command given to this one (`gradflow theory
+    --problem P`): [`gradflow.cli.main`][] prints its message (one line) and
+    returns 2, before the parser's own checks."""
+
+
+class _Misplaced(argparse.Action):
+    def __init__(self, option_strings, dest, *, command: str, hint: str, **kwargs):
+        kwargs.update(nargs="?", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.command, self.hint = command, hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise MisplacedFlag(
+            f"gradflow {self.command}: error: {option_string}: {self.hint}"
+        )
+
+
+def refuse_flag(parser, flag: str, command: str, hint: str) -> None:
+    """`flag` (with or without a value), which belongs to another command,
+    refused in one line saying what to do instead (not argparse's usage and
+    "unrecognized arguments"). Hidden from `--help`."""
+    parser.add_argument(flag, action=_Misplaced, command=command, hint=hint)
+
+
+def current_folder_on_path() -> None:
+    """Puts the folder the command runs from first on the import path, as
+    `python` does for a script's folder: a factory `--problem mymod:make`
+    and the class a result file names (`mymod:Net`) are found there, by
+    every command alike."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
+@contextlib.contextmanager
+def one_line_warnings(command: str):
+    """Every warning inside (a result file whose problem cannot be imported)
+    printed on stderr as one line `gradflow COMMAND: warning: ...`, without
+    Python's source line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        message = " ".join(str(w.message).split())
+        print(f"gradflow {command}: warning: {message}", file=sys.stderr)
 
 
 # Python argument names in the library's messages that no option's `dest`

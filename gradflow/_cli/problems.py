@@ -39,8 +39,6 @@ import inspect
 import itertools
 import json
 import math
-import os
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -49,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from . import registry
-from .common import UserCodeError
+from .common import UserCodeError, current_folder_on_path
 
 
 ALL_COMMANDS = ("run", "sweep", "sgd")
@@ -403,8 +401,7 @@ class Factory:
                 f"--problem must be one of {', '.join(plugins())} or '{FACTORY}', "
                 f"got {path!r}"
             )
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        current_folder_on_path()
         try:
             obj = importlib.import_module(module_name)
         except ImportError as e:
@@ -440,8 +437,11 @@ class Factory:
                 f"--problem: {self.NAME}(...) returned a {type(problem).__name__}, "
                 "not a gradflow.Problem"
             )
+        from .._problem.functions import describe
+
         what = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        return problem, f"{problem} from {self.NAME}({what})"
+        # by its class and fields (arrays by shape), as pages and results
+        return problem, f"{describe(problem)} from {self.NAME}({what})"
 
 
 def factory_kwargs(path: str, fn, items: Sequence[str]) -> dict:

@@ -5,7 +5,15 @@ and `sgd` write on request beside their `.npz` file (`--animate`,
 
 from pathlib import Path
 
-from .common import INPUT_ERRORS, add_subcommand, fail
+from .common import (
+    INPUT_ERRORS,
+    add_subcommand,
+    current_folder_on_path,
+    fail,
+    one_line_warnings,
+    refuse_flag,
+)
+from .theory import SAVED_PROBLEM
 
 
 def register(subparsers) -> None:
@@ -57,6 +65,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--title", default=None, help="the page's title (default: the problem)"
     )
+    refuse_flag(p, "--problem", "report", SAVED_PROBLEM.format("report"))
     # gradflow.plot.report(source, path) names its arguments in its errors
     p.set_defaults(library_names={"source": "RUN_DIR", "path": "--out"})
 
@@ -86,7 +95,11 @@ def main(args) -> int:
 
     try:
         target = _target(args)
-        path = report(args.run_dir, target, frames=args.frames, title=args.title)
+        # the problem's class imported as `gradflow run --problem` imports a
+        # factory; a reader's warning (a class still not found) one line
+        current_folder_on_path()
+        with one_line_warnings("report"):
+            path = report(args.run_dir, target, frames=args.frames, title=args.title)
     except INPUT_ERRORS as e:
         return fail(args, e)
     print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")

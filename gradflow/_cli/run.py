@@ -104,9 +104,18 @@ def _run(args) -> int:
     )
     if interrupted is not None:
         out.finish()
+        # the library's message up to its advice, which names Python's
+        # `checkpoint=` (here: the flag)
+        what = traj.message.split(";")[0]
+        resume = (
+            f"the checkpoint {interrupted.checkpoint} holds the state: run the same "
+            "command to resume"
+            if interrupted.checkpoint is not None
+            else "not resumable (give --checkpoint PATH to be able to resume)"
+        )
         print(
-            f"gradflow run: interrupted: {traj.message}; the partial trajectory is "
-            f"in {trajectory}",
+            f"gradflow run: {what}; the partial trajectory is in {trajectory}; "
+            + resume,
             file=sys.stderr,
         )
         return 130

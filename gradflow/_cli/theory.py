@@ -5,11 +5,24 @@ trajectory of any problem, printed as a table, with a figure (PNG; PDF with
 import argparse
 import json
 import math
-import sys
-import warnings
 from pathlib import Path
 
-from .common import INPUT_ERRORS, add_subcommand, existing_path, fail
+from .common import (
+    INPUT_ERRORS,
+    add_subcommand,
+    current_folder_on_path,
+    existing_path,
+    fail,
+    one_line_warnings,
+    refuse_flag,
+)
+
+
+# What `--problem` means to a command that reads a saved result.
+SAVED_PROBLEM = (
+    "gradflow {0} reads the problem from a saved run; run `gradflow run "
+    "--problem P --out DIR` first, then `gradflow {0} DIR` from the same folder"
+)
 
 
 def register(subparsers) -> None:
@@ -57,19 +70,19 @@ def register(subparsers) -> None:
     )
     g.add_argument("--no-figures", action="store_true", help="skip the figure")
     g.add_argument("--pdf", action="store_true", help="also write the figure as PDF")
+    refuse_flag(parser, "--problem", "theory", SAVED_PROBLEM.format("theory"))
 
 
 def _load(path: Path):
-    """The trajectory of `path`, with any warning of the reader (a problem
-    that could not be re-imported) printed as one line."""
+    """The trajectory of `path`, its problem's class imported as `gradflow
+    run --problem` imports a factory (the current folder on the import
+    path), with any warning of the reader (a class that still cannot be
+    imported) printed as one line."""
     import gradflow as gf
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    current_folder_on_path()
+    with one_line_warnings("theory"):
         traj = gf.load(path)
-    for w in caught:
-        message = " ".join(str(w.message).split())
-        print(f"gradflow theory: warning: {message}", file=sys.stderr)
     if not isinstance(traj, gf.Trajectory):
         raise ValueError(
             f"TRAJ.npz: '{path}' holds a {type(traj).__name__}, not a trajectory "

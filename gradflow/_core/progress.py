@@ -7,6 +7,7 @@ bar stays hidden for short solves (tqdm's `delay`).
 """
 
 import contextlib
+import time
 
 
 class HostProgress:
@@ -43,32 +44,37 @@ class HostProgress:
             self.update(start)
 
     def update(self, value: float, suffix: str | None = None) -> None:
+        """Moves the bar to `value` (drawn once `delay` seconds have passed)."""
         if self.bar is None:
             return
         self.bar.n = min(100.0, 100.0 * float(value) / self.total)
         if suffix is not None:
             self.bar.set_postfix_str(suffix, refresh=False)
-        self.bar.refresh()
-
-    def close(self, complete: bool = False) -> None:
-        if self.bar is not None:
-            if complete:
-                self.bar.n = 100
+        now = time.time()
+        if now >= self.bar.start_t + self.bar.delay:
             self.bar.refresh()
+            # what tqdm's own `update` records: `close` then knows the bar is
+            # on the screen and ends its line
+            self.bar.last_print_t = now
+
+    def close(self) -> None:
+        """Ends the bar where it stands (where the work stopped: a bar is
+        never moved to 100 % on the way out) and, if it was drawn, its line,
+        so that the next output starts on a line of its own."""
+        if self.bar is not None:
             self.bar.close()
             self.bar = None
 
 
 @contextlib.contextmanager
 def host_progress(total: float, **kwargs):
-    """[`HostProgress`][] as a context manager (closed on exit, full on success)."""
+    """[`HostProgress`][] as a context manager (closed on exit, where the
+    last `update` left it)."""
     bar = HostProgress(total, **kwargs)
-    complete = False
     try:
         yield bar
-        complete = True
     finally:
-        bar.close(complete)
+        bar.close()
 
 
 __all__ = ["HostProgress", "host_progress"]

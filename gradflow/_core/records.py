@@ -11,6 +11,7 @@ detectors, sweeps, the file format, the CSV writers and the plots.
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -271,6 +272,22 @@ def stage_events(stages) -> tuple[EventRecord, ...]:
     return tuple(out)
 
 
+def leaf_label(path: str | None) -> str:
+    """A parameter leaf's name for people, from its path
+    (`jax.tree_util.keystr`, as `Stage.leaf` and the observables hold it):
+    a field by its name (`".W0"` -> `W0`), an index or key of the parameter
+    PyTree after `params` (`"[0]"` -> `params[0]`, `"['a']"` -> `params['a']`),
+    a single array `params`. A path stored as a dict key (a file read without
+    its problem's class: `"['[0]']"`) is read as the path it names."""
+    key: str = path or ""
+    inner = re.fullmatch(r"\['(\[.*\]|\..*)'\](.*)", key)
+    if inner:  # `['[0]']`: the key is itself a path
+        key = inner.group(1) + inner.group(2)
+    if key.startswith("."):
+        return key[1:]
+    return "params" + key
+
+
 def stage_table(stages) -> str:
     """Stage records as a plain-text table, one row per stage: its name,
     cycle, start and end (times and losses), and where any stage has them
@@ -292,7 +309,7 @@ def stage_table(stages) -> str:
     ]
     for s in stages:
         if s.name == "rank":
-            details = f"{s.leaf or '.'}: {s.rank}"
+            details = f"{leaf_label(s.leaf)}: {s.rank}"
         else:
             details = ",".join(s.token_labels)
         flag = "" if s.complete else "  (still open at t1)"
@@ -310,6 +327,7 @@ __all__ = [
     "EventRecord",
     "Record",
     "Stage",
+    "leaf_label",
     "stage_events",
     "stage_table",
 ]

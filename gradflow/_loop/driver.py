@@ -102,6 +102,8 @@ def deferred_interrupt():
             signal.signal(signal.SIGINT, previous)
             raise KeyboardInterrupt
         flag.requested = True
+        # on a line of its own: a progress bar may stand on the current line
+        # (it is redrawn below this one)
         print(
             "\ngradflow: interrupt received; stopping after the current chunk of "
             "steps (press Ctrl-C again to abort at once)",

@@ -13,7 +13,10 @@ through the persistent cache like any other.
 The file's key must change whenever the program could: it hashes gradflow's
 own source files, the versions of JAX, jaxlib, Diffrax, Equinox, Lineax and
 Optimistix, the structure of the inputs with their shapes and dtypes, and a
-description of every non-array part (solver settings, functions). A function
+description of every non-array part (solver settings, functions), of
+gradflow's, Diffrax's, Equinox's or JAX's own classes only (a problem class of
+the user's is named in a treedef by its name alone, not its code, so its
+calls are not exported). A function
 is described by its module, name, code (bytecode and constants, nested code
 included), defaults and closure; a configuration holding a function that is
 not gradflow's, Diffrax's, Equinox's or JAX's own (a user's event condition,
@@ -137,11 +140,25 @@ def _describe(value: Any, depth: int = 0) -> str:
     raise _Unkeyable(f"a {type(value).__qualname__}")
 
 
+def _node_types(treedef) -> list[type]:
+    """The classes of a PyTree's inner nodes (modules, dataclasses, ...)."""
+    data = treedef.node_data()
+    own = [] if data is None else [data[0]]
+    return own + [t for child in treedef.children() for t in _node_types(child)]
+
+
 def _key(name: str, tree) -> tuple[str, list, Any, Any]:
     """`(key, array leaves, their treedef, static part)` of a call's inputs."""
     dynamic, static = eqx.partition(tree, eqx.is_array)
     leaves, treedef = jax.tree.flatten(dynamic)
     static_leaves, static_def = jax.tree.flatten(static)
+    # A class of the user's (a problem of their module) is named in the
+    # treedef by its name alone, not by its code: a loss edited between two
+    # runs would find the program of the old one. Its calls are not exported.
+    for cls in _node_types(static_def):
+        module = getattr(cls, "__module__", "") or ""
+        if module.split(".")[0] not in (*_TRUSTED, "builtins", "collections"):
+            raise _Unkeyable(f"a class of {module}")
     h = hashlib.sha256()
     h.update(name.encode())
     h.update(_source_hash().encode())

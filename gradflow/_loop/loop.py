@@ -153,7 +153,7 @@ def _init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
     )
     tnext = jnp.minimum(tnext, t1)
     solver_state = solver.init(term, t0, tnext, y0, args)
-    one = jax.eval_shape(spec.save_fn, t0, y0, args)
+    one = eqx.filter_eval_shape(spec.save_fn, t0, y0, args)
     saved = jax.tree.map(lambda s: jnp.zeros((ts.shape[0], *s.shape), s.dtype), one)
     zero = jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)  # pyright: ignore[reportAttributeAccessIssue]
     return LoopState(
@@ -176,7 +176,7 @@ def _chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
     t0 = state.t
     started = jnp.any(state.filled)
     t_skip = jnp.where(started, t0, -jnp.inf)
-    one = jax.eval_shape(spec.save_fn, t0, state.y, args)
+    one = eqx.filter_eval_shape(spec.save_fn, t0, state.y, args)
 
     # Save times already passed are clipped to `t0` (fixed shapes: no
     # recompile) and not computed; the `filled` mask keeps the earlier values.

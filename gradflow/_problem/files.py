@@ -2,11 +2,14 @@
 
 Every problem is an `eqx.Module`, so the engine saves any of them the same
 way, without a hook: each field is an array (written as an array of the
-file), a nested module (written the same way, recursively), or a number,
-string, flag, `None` or tuple of them (written into the JSON metadata). The
-class is named by its import path (`module:qualname`, at the shortest public
-module that exports it), and read back by importing it and setting the
-fields (its `__init__` is not called again: the object is the one saved).
+file), a nested module (written the same way, recursively), a number,
+string, flag, `None` or tuple of them (written into the JSON metadata), or a
+function that can be imported by its name (`jax.numpy.tanh`, a function of
+the user's module: written as its import path). The class is named by its
+import path (`module:qualname`, at the shortest public module that exports
+it), and read back by importing it and setting the fields (its `__init__` is
+not called again: the object is the one saved). Any other field (a lambda, a
+function defined inside another) is refused in one line naming it.
 
 A problem whose class cannot be imported where the file is read (a class
 defined in a script's `__main__`) is not read back: the reader then warns
@@ -34,6 +37,7 @@ from .base import Problem
 
 
 _ARRAY, _MODULE, _TUPLE = "__array__", "__module__", "__tuple__"
+_FUNCTION = "__function__"
 
 # Readers of problems in files of older layouts, by class path (or
 # "format-1" for gradflow 0.1.0's files, which held no problem class):
@@ -57,18 +61,22 @@ def class_path(problem_or_class) -> str:
         if isinstance(problem_or_class, type)
         else type(problem_or_class)
     )
-    parts = cls.__module__.split(".")
-    if "." not in cls.__qualname__:
+    return _object_path(cls)
+
+
+def _object_path(obj) -> str:
+    """`module:qualname` of a class or function, at the shortest module
+    path that exports it."""
+    parts = obj.__module__.split(".")
+    if "." not in obj.__qualname__:
         for k in range(1, len(parts)):
             module = sys.modules.get(".".join(parts[:k]))
-            if getattr(module, cls.__qualname__, None) is cls:
-                return f"{'.'.join(parts[:k])}:{cls.__qualname__}"
-    return f"{cls.__module__}:{cls.__qualname__}"
+            if getattr(module, obj.__qualname__, None) is obj:
+                return f"{'.'.join(parts[:k])}:{obj.__qualname__}"
+    return f"{obj.__module__}:{obj.__qualname__}"
 
 
-def import_class(path: str) -> type | None:
-    """The class a file names (`module:qualname`), or `None` if it cannot be
-    imported here (a class defined in a script's `__main__`)."""
+def _import(path: str) -> Any:
     module, _, qualname = path.partition(":")
     try:
         obj: Any = importlib.import_module(module)
@@ -76,7 +84,31 @@ def import_class(path: str) -> type | None:
             obj = getattr(obj, part)
     except (ImportError, AttributeError):
         return None
+    return obj
+
+
+def import_class(path: str) -> type | None:
+    """The class a file names (`module:qualname`), or `None` if it cannot be
+    imported here (a class defined in a script's `__main__`)."""
+    obj = _import(path)
     return obj if isinstance(obj, type) else None
+
+
+def function_path(value) -> str | None:
+    """The import path (`module:qualname`) of a function that importing
+    that path gives back (`jax.numpy:tanh`, a module-level function of a
+    user's module), else `None` (a lambda, a nested function, a bound
+    method, a function of `__main__`)."""
+    if isinstance(value, type) or not callable(value):
+        return None
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module == "__main__" or "<" in qualname:
+        return None
+    path = _object_path(value)
+    return path if _import(path) is value else None
 
 
 def _plain(value) -> bool:
@@ -102,11 +134,17 @@ def _encode(obj: eqx.Module, prefix: str, arrays: dict) -> dict[str, Any]:
             fields[f.name] = {_TUPLE: list(value)}
         elif _plain(value):
             fields[f.name] = value
+        elif (path := function_path(value)) is not None:
+            fields[f.name] = {_FUNCTION: path}
         else:
+            qualname = getattr(value, "__qualname__", None)
+            shown = f"function {qualname}" if callable(value) and qualname else None
             raise TypeError(
-                f"{type(obj).__name__}.{f.name} = {show(value)} cannot be saved: a "
-                "problem's fields must be arrays, equinox modules, or numbers, "
-                "strings, flags, None or tuples of them"
+                f"{type(obj).__name__}.{f.name} = {shown or show(value)} cannot be "
+                "saved: a "
+                "problem's fields must be arrays, equinox modules, numbers, "
+                "strings, flags, None, tuples of them, or functions importable "
+                "by name (module-level, not a lambda)"
             )
     return fields
 
@@ -136,6 +174,11 @@ def _decode(value, arrays: dict):
         return _build(cls, value["fields"], arrays)
     if isinstance(value, dict) and _TUPLE in value:
         return tuple(value[_TUPLE])
+    if isinstance(value, dict) and _FUNCTION in value:
+        function = _import(value[_FUNCTION])
+        if function is None:
+            raise LookupError(value[_FUNCTION])
+        return function
     return value
 
 
@@ -184,6 +227,8 @@ def configuration(problem: Problem) -> dict[str, Any]:
                 walk(value["fields"], f"{prefix}{name}.")
             elif isinstance(value, dict) and _TUPLE in value:
                 out[key] = value[_TUPLE]
+            elif isinstance(value, dict) and _FUNCTION in value:
+                out[key] = value[_FUNCTION]
             else:
                 out[key] = value
 
@@ -196,6 +241,7 @@ __all__ = [
     "class_path",
     "configuration",
     "fingerprint",
+    "function_path",
     "import_class",
     "problem_from_file",
     "problem_to_file",

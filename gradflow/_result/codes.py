@@ -45,6 +45,31 @@ class RESULTS(eqx.Enumeration):
     no_saves = "no save time was reached with a finite loss"
 
 
+# Equinox's class of an item (it has no public name).
+_Item = type(RESULTS.successful)
+
+
+class _Code(_Item):  # pyright: ignore[reportGeneralTypeIssues]
+    """An item of [`RESULTS`][gradflow.RESULTS] that prints as its name
+    (`RESULTS.successful`), not as Equinox's `module.RESULTS<message>` (whose
+    message is empty for `successful`)."""
+
+    def __repr__(self) -> str:
+        try:
+            return f"RESULTS.{result_name(self)}"
+        except (TypeError, ValueError):  # traced or batched: Equinox's own
+            return super().__repr__()
+
+
+# Equinox makes the items when the class is made; give them the class above.
+# Equality, `RESULTS[code]` (the message) and files are unchanged: an item is
+# still an `EnumerationItem` of `RESULTS` with the same value.
+RESULTS._name_to_item = {  # pyright: ignore[reportAttributeAccessIssue]
+    name: _Code(item._value, RESULTS)  # pyright: ignore[reportCallIssue]
+    for name, item in RESULTS._name_to_item.items()
+}
+
+
 def result_name(code) -> str:
     """The name of a result code (`"successful"`, `"max_steps_reached"`, ...)."""
     value = int(np.asarray(code._value))

@@ -101,26 +101,30 @@ class _Lanes(eqx.Module):
     state: Any
 
 
-def _advance(spec_static, lanes: _Lanes, ts, t1):
+def _advance(statics, lanes: _Lanes, ts, t1):
     """One chunk for one member (`vmap`ped): inactive members (finished, out
-    of steps, padding) are returned unchanged."""
+    of steps, padding) are returned unchanged. `statics` is the non-array
+    part of the spec and of the problem (a problem's callables, strings,
+    flags), the same for every member."""
+    spec_static, problem_static = statics
     spec = eqx.combine(lanes.spec, spec_static)
+    problem = eqx.combine(lanes.problem, problem_static)
     state = lanes.state
     # The host has read the previous chunk's events: empty the buffer.
     ws = state.solver_state
     if isinstance(ws, WatchState):
         state = eqx.tree_at(lambda s: s.solver_state, state, empty_buffer(ws))
     t_end = jnp.where(lanes.active, t1, state.t)
-    new = run_chunk(spec, lanes.problem, ts, t_end, state)
+    new = run_chunk(spec, problem, ts, t_end, state)
     return _tree_where(lanes.active, new, state)
 
 
-def _per_device(spec_static, batch_size: int, lanes: _Lanes, ts, t1):
+def _per_device(statics, batch_size: int, lanes: _Lanes, ts, t1):
     """One chunk for a device's members: `batch_size` of them at a time under
     `vmap`, the groups one after another (`lax.map`); all at once when
     `batch_size` covers them, one by one (no `vmap` at all) when it is 1."""
     n_local = jax.tree.leaves(lanes)[0].shape[0]
-    advance = functools.partial(_advance, spec_static, ts=ts, t1=t1)
+    advance = functools.partial(_advance, statics, ts=ts, t1=t1)
     if batch_size >= n_local:
         return jax.vmap(advance)(lanes)
     if batch_size == 1:
@@ -131,15 +135,15 @@ def _per_device(spec_static, batch_size: int, lanes: _Lanes, ts, t1):
 
 
 @eqx.filter_jit
-def _step(spec_static, mesh, lanes: _Lanes, ts, t1, *, batch_size: int):
+def _step(statics, mesh, lanes: _Lanes, ts, t1, *, batch_size: int):
     """The batched chunk: each device advances its own members (see
     `_per_device`) inside `shard_map` over the mesh, so each device loops
     only while its own members need steps. Static parts (solver, chunk size,
-    mesh, batch size) are the compile key: a second sweep of the same shapes
+    the problem's non-array fields, mesh, batch size) are the compile key: a second sweep of the same shapes
     reuses the compiled chunk."""
     m, r = PartitionSpec(_AXIS), PartitionSpec()
     return jax.shard_map(
-        functools.partial(_per_device, spec_static, batch_size),
+        functools.partial(_per_device, statics, batch_size),
         mesh=mesh,
         in_specs=(m, r, r),
         out_specs=m,
@@ -163,7 +167,8 @@ class Batch:
     sharded: NamedSharding
     spec_static: Any
     spec: Any
-    problem: Any
+    problem_static: Any  # the problem's non-array fields (every member's)
+    problem: Any  # its array fields, stacked
     state: Any
     ts: Any
     t1: Any
@@ -209,14 +214,11 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     order[position] = np.arange(n)
     _, spec_static = eqx.partition(specs[0], eqx.is_array)
     spec_dyn = stack([eqx.partition(specs[i], eqx.is_array)[0] for i in order])
-    # the first member's structure (and statics), every member's arrays
-    problem_def = jax.tree.structure(setups[0].problem_dt)
-    problems = jax.tree.unflatten(
-        problem_def,
-        [
-            np.stack([np.asarray(leaf) for leaf in group])
-            for group in zip(*(jax.tree.leaves(setups[i].problem_dt) for i in order))
-        ],
+    # the first member's structure and non-array fields (equal for every
+    # member: checked by the sweep), every member's arrays
+    _, problem_static = eqx.partition(setups[0].problem_dt, eqx.is_array)
+    problems = stack(
+        [eqx.partition(setups[i].problem_dt, eqx.is_array)[0] for i in order]
     )
     first = setups[0]
     # a bucketed save buffer, as in a solo flow (`padded_save_times`)
@@ -254,6 +256,7 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
         sharded=sharded,
         spec_static=spec_static,
         spec=_put(spec_dyn, sharded),
+        problem_static=problem_static,
         problem=_put(problems, sharded),
         state=_put(jax.tree.map(lambda x: np.asarray(x)[order], host_state), sharded),
         ts=_put(np.asarray(ts_j), replicated),
@@ -293,9 +296,8 @@ class SweepJob(Job):
     def advance(self, state):
         b = self.batch
         lanes = b.lanes(self.active, state)
-        return _step(
-            b.spec_static, b.mesh, lanes, b.ts, b.t1, batch_size=self.batch_size
-        )
+        statics = (b.spec_static, b.problem_static)
+        return _step(statics, b.mesh, lanes, b.ts, b.t1, batch_size=self.batch_size)
 
     def collect(self, state):
         """Reads the chunk's located events into `records` (the devices empty

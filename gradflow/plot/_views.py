@@ -19,6 +19,7 @@ import functools
 
 import numpy as np
 
+from .._core.records import leaf_label
 from ._timeline import interpolate
 
 
@@ -109,9 +110,9 @@ def views(problem, result, times: np.ndarray) -> list[View]:
     """
     del problem
     out: list[View] = []
-    arrays = dict(result.extras)
+    arrays = {_extra_title(k): v for k, v in result.extras.items()}
     if not any(np.ndim(v) in (2, 3) for v in arrays.values()):
-        arrays = {f"params{p}": v for p, v in _leaves(result.params)}
+        arrays = {leaf_label(p): v for p, v in _leaves(result.params)}
     for name, value in arrays.items():
         value = np.asarray(value)
         if value.ndim not in (2, 3) or value[0].size > MAX_GENERIC_SIZE**2:
@@ -120,6 +121,14 @@ def views(problem, result, times: np.ndarray) -> list[View]:
         if len(out) == MAX_GENERIC:
             break
     return out
+
+
+def _extra_title(key: str) -> str:
+    """A panel's title for an observable: the generic singular values of a
+    matrix leaf (`sv[0]`) by the leaf's name, others by their key."""
+    if key.startswith("sv") and key[2:3] in ("[", "."):
+        return f"singular values of {leaf_label(key[2:])}"
+    return key
 
 
 def _leaves(params):
@@ -135,8 +144,9 @@ def _generic_view(name: str, values: np.ndarray) -> View:
     if values.ndim == 2:
         n = values.shape[1]
         pad = 0.05 * (hi - lo or 1.0)
+        # within the data: values never negative (singular values) from 0
         return Bars(name, values, [str(k) for k in range(n)], [PALETTE[0]] * n,
-                    (min(0.0, lo - pad), max(0.0, hi + pad)))  # fmt: skip
+                    (lo - pad if lo < 0 else 0.0, max(0.0, hi + pad)))  # fmt: skip
     r, c = values.shape[1:]
     bound = max(abs(lo), abs(hi)) or 1.0
     diverging = lo < 0 < hi

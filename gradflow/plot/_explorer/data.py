@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ..._core.records import leaf_label
 from ..._problem.functions import describe
 from .._base import STAGE_COLORS
 from .._timeline import frame_times, interpolate, stage_caption
@@ -101,6 +102,7 @@ def _stage_row(s) -> dict:
         "loss_start": s.loss_start,
         "loss_end": s.loss_end if math.isfinite(s.loss_end) else None,
         "tokens": ", ".join(s.token_labels), "complete": s.complete,
+        "rank": f"{leaf_label(s.leaf)}: {s.rank}" if s.name == "rank" else "",
     }  # fmt: skip
 
 

@@ -38,11 +38,20 @@ function lossChart(host, run) {
   const t = run.t, loss = run.loss;
   const lt0 = Math.log10(t[0]), lt1 = Math.log10(t[t.length - 1]);
   const finite = loss.filter((v) => v !== null);
-  let lo = Math.min(...finite), hi = Math.max(...finite);
-  const pad = 0.06 * (hi - lo || 1);
-  lo -= pad; hi += pad;
+  let lo = Math.min(...finite);
+  const hi = Math.max(...finite);
+  // a positive loss spanning more than two decades on a log axis (down to
+  // 1e-16 of its top: float64's round-off), else a linear one; the axis
+  // stays within the data (a loss that is never negative: not below 0)
+  const logY = lo > 0 && hi / lo > 100;
+  if (logY) lo = Math.max(lo, hi * 1e-16);
+  const f = logY ? (v) => Math.log10(Math.max(v, lo)) : (v) => v;
+  let flo = f(lo), fhi = f(hi);
+  const pad = 0.06 * (fhi - flo || 1);
+  flo = !logY && lo >= 0 ? Math.max(flo - pad, 0) : flo - pad;
+  fhi += pad;
   const x = (v) => L + ((Math.log10(v) - lt0) / (lt1 - lt0 || 1)) * (W - L - R);
-  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+  const y = (v) => T + (1 - (f(v) - flo) / (fhi - flo)) * (H - T - B);
   const clipX = (v) => Math.min(Math.max(v, L), W - R);
   for (const s of run.stages) {
     const end = s.t_end === null ? t[t.length - 1] : s.t_end;
@@ -64,16 +73,29 @@ function lossChart(host, run) {
     svg("text", { x: xv, y: H - B + 16, "text-anchor": "middle", "font-size": 11,
                   text: `1e${k}` }, root);
   }
-  for (let j = 0; j <= 4; j++) {
-    const v = lo + ((hi - lo) * j) / 4, yv = y(v);
+  const ticks = [];
+  if (logY) {
+    // decades within the data (not the padding)
+    const top = Math.floor(f(hi)), bottom = Math.ceil(f(lo));
+    const step = Math.max(1, Math.ceil((top - bottom) / 5));
+    for (let k = top; k >= bottom; k -= step) ticks.push([10 ** k, `1e${k}`]);
+  } else {
+    for (let j = 0; j <= 4; j++) {
+      const v = flo + ((fhi - flo) * j) / 4;
+      ticks.push([v, fmt(v, 4)]);
+    }
+  }
+  for (const [v, label] of ticks) {
+    const yv = y(v);
     svg("line", { x1: L - 4, x2: L, y1: yv, y2: yv, stroke: "#444" }, root);
-    svg("text", { x: L - 6, y: yv + 4, "text-anchor": "end", "font-size": 11, text: fmt(v, 4) }, root);
+    svg("text", { x: L - 6, y: yv + 4, "text-anchor": "end", "font-size": 11, text: label }, root);
   }
   svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#888" }, root);
   svg("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 12,
                 text: "time t (log scale)" }, root);
   svg("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", "font-size": 12,
-                transform: `rotate(-90 14 ${(T + H - B) / 2})`, text: "population loss" }, root);
+                transform: `rotate(-90 14 ${(T + H - B) / 2})`,
+                text: logY ? "population loss (log scale)" : "population loss" }, root);
   let d = "";
   for (let i = 0; i < t.length; i++) {
     if (loss[i] === null) continue;
@@ -288,10 +310,17 @@ function showRun(run) {
     el("h4", { text: v.title }, panel);
     updates.push(PANELS[v.type](panel, v, k));
   });
-  const rows = table(document.getElementById("stages"),
-    ["name", "cycle", "t_start", "t_end", "loss_start", "loss_end", "tokens"], run.stages,
+  // only the columns that apply: tokens (the paper's model), the leaf and
+  // rank of the generic rank records
+  const columns = ["name", "cycle", "t_start", "t_end", "loss_start", "loss_end"];
+  for (const extra of ["tokens", "rank"]) {
+    if (run.stages.some((s) => s[extra])) columns.push(extra);
+  }
+  const rows = table(document.getElementById("stages"), columns, run.stages,
     (j) => STATE.goTo(firstFrameFrom(run.frames.t, run.stages[j].t_start)));
-  table(document.getElementById("events"), ["name", "t", "loss", "token", "located"], run.events);
+  const eventColumns = ["name", "t", "loss"];
+  if (run.events.some((e) => e.token !== null)) eventColumns.push("token");
+  table(document.getElementById("events"), [...eventColumns, "located"], run.events);
   const slider = document.getElementById("slider");
   slider.max = String(run.frames.t.length - 1);
   const now = document.getElementById("now");
