@@ -63,6 +63,7 @@ from ._problem.adapt import as_problem as as_problem  # noqa: E402
 from ._problem.base import (  # noqa: E402
     Analysis as Analysis,
     BoundedProblem as BoundedProblem,
+    FieldProblem as FieldProblem,
     ObservedProblem as ObservedProblem,
     Problem as Problem,
     SampledProblem as SampledProblem,
@@ -84,6 +85,10 @@ from ._result.labelled import (  # noqa: E402
 )
 from ._result.trajectory import Trajectory as Trajectory  # noqa: E402
 from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._sgd.modified import (  # noqa: E402
+    ModifiedLoss as ModifiedLoss,
+    modified_loss as modified_loss,
+)
 from ._sgd.run import (  # noqa: E402
     SGDRun as SGDRun,
     SGDSettings as SGDSettings,
@@ -155,6 +160,7 @@ __all__ = [
     "default_tolerances",
     "Event",
     "EventRecord",
+    "FieldProblem",
     "finite_context_loss",
     "flow",
     "FlowSettings",
@@ -176,6 +182,8 @@ __all__ = [
     "matrix_spectra",
     "Member",
     "Model",
+    "modified_loss",
+    "ModifiedLoss",
     "ObservedProblem",
     "Params",
     "population_loss",

@@ -10,7 +10,9 @@ them; it overrides nothing else. A problem mixes in the capabilities it has:
 - [`gradflow.SampledProblem`][]: `sample` and `sample_loss` (SGD);
 - [`gradflow.ObservedProblem`][]: `observe` (arrays saved along a run);
 - [`gradflow.BoundedProblem`][]: `loss_floor` (the infimum of the loss);
-- [`gradflow.StagedProblem`][]: its own stages (`loss_scale`, `analyse`).
+- [`gradflow.StagedProblem`][]: its own stages (`loss_scale`, `analyse`);
+- [`gradflow.FieldProblem`][]: its own vector field (`vector_field`), followed
+  instead of $-\nabla L$ (a modified flow, [`gradflow.modified_loss`][]).
 
 Everything else the engine does with a problem (checking a given start,
 casting to a dtype, describing it, saving it to a file) is an engine function
@@ -134,6 +136,26 @@ class BoundedProblem(Problem):
         """The infimum of the loss, or `None` where it is not known."""
 
 
+class FieldProblem(Problem):
+    r"""A problem whose flow follows a vector field of its own instead of
+    $-\nabla L$: $\dot\theta = f(\theta)$, while `loss` stays what is
+    saved, watched and reported along the run (the metric). A modified flow
+    of gradient descent ([`gradflow.modified_loss`][], `docs/sgd.md`) is one:
+    at order 2 its field is not the gradient of any loss.
+
+    The engine solves $\dot\theta = f(\theta)$ with the same solvers,
+    saves and events as a gradient flow; a problem that is not a
+    `FieldProblem` keeps $f = -\nabla L$, bit for bit.
+
+    **Abstract method:** `vector_field(params) -> PyTree` ($f$ at one point,
+    of the structure of `params`).
+    """
+
+    @abc.abstractmethod
+    def vector_field(self, params: PyTree) -> PyTree:
+        """The flow's vector field at one point."""
+
+
 class Analysis(eqx.Module):
     """What is made of a solved trajectory after its solve (by the generic
     stages, or a [`gradflow.StagedProblem`][]'s `analyse`): its stages, their
@@ -186,6 +208,7 @@ class StagedProblem(ObservedProblem):
 __all__ = [
     "Analysis",
     "BoundedProblem",
+    "FieldProblem",
     "ObservedProblem",
     "Problem",
     "SampledProblem",

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
-from .._problem.base import SampledProblem
+from .._problem.base import Problem, SampledProblem
 
 
 # Steps run inside one compiled call between looks of the host (progress,
@@ -47,6 +47,23 @@ class FixedData(eqx.Module):
 
     def sample_loss(self, params, batch) -> Array:
         return self.problem.sample_loss(params, batch)
+
+
+class Population(eqx.Module):
+    r"""The population loss as a source of batches: full-batch gradient
+    descent (`SGD(batch_size=None)`). Its "batch" is empty and its loss is
+    the problem's population loss, so a step is $\theta - \text{lr}\,
+    \nabla L(\theta)$ for any [`gradflow.Problem`][]."""
+
+    problem: Problem
+
+    def sample(self, key: PRNGKeyArray, n) -> Array:
+        del key, n
+        return jnp.zeros(0)
+
+    def sample_loss(self, params, batch) -> Array:
+        del batch
+        return self.problem.loss(params)
 
 
 def sgd_step(params, opt_state, key, *, source, optimizer, batch_size: int):
@@ -180,6 +197,7 @@ class SGDJob(Job):
 __all__ = [
     "CHUNK",
     "FixedData",
+    "Population",
     "SGDJob",
     "SGDState",
     "init_sgd_state",
