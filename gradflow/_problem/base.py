@@ -11,6 +11,9 @@ them; it overrides nothing else. A problem mixes in the capabilities it has:
 - [`gradflow.ObservedProblem`][]: `observe` (arrays saved along a run);
 - [`gradflow.BoundedProblem`][]: `loss_floor` (the infimum of the loss);
 - [`gradflow.StagedProblem`][]: its own stages (`loss_scale`, `analyse`);
+- [`gradflow.EnumeratedProblem`][]: its whole sample space, weighted
+  (`example_weights`, `example_losses`: the exact gradient noise of
+  [`gradflow.sgd_sde`][]);
 - [`gradflow.FieldProblem`][]: its own vector field (`vector_field`), followed
   instead of $-\nabla L$ (a modified flow, [`gradflow.modified_loss`][]).
 
@@ -101,6 +104,30 @@ class SampledProblem(Problem):
     @abc.abstractmethod
     def sample_loss(self, params: PyTree, batch: PyTree) -> Array:
         """The loss of a batch drawn by `sample`."""
+
+
+class EnumeratedProblem(Problem):
+    r"""A problem whose loss is a finite weighted sum over its sample space,
+    $L(\theta) = \sum_k w_k \ell_k(\theta)$ ($w_k \ge 0$, $\sum_k w_k = 1$):
+    one example is $k$ with probability $w_k$. The covariance of one
+    example's gradient, $\Sigma = \sum_k w_k (\nabla\ell_k - \nabla
+    L)(\nabla\ell_k - \nabla L)^\top$, is then exact
+    ([`gradflow.sgd_sde`][], `docs/sgd.md`, "The stochastic modified
+    equation"); the paper's model gives its infinite-context limit.
+
+    **Abstract methods:**
+
+    - `example_weights() -> Float[Array, " K"]`: $w_k$;
+    - `example_losses(params) -> Float[Array, " K"]`: $\ell_k(\theta)$.
+    """
+
+    @abc.abstractmethod
+    def example_weights(self) -> Array:
+        """The probability of each example of the sample space."""
+
+    @abc.abstractmethod
+    def example_losses(self, params: PyTree) -> Array:
+        """The loss of each example of the sample space, at one point."""
 
 
 class ObservedProblem(Problem):
@@ -208,6 +235,7 @@ class StagedProblem(ObservedProblem):
 __all__ = [
     "Analysis",
     "BoundedProblem",
+    "EnumeratedProblem",
     "FieldProblem",
     "ObservedProblem",
     "Problem",
