@@ -128,23 +128,23 @@ class EnsembleComparison(eqx.Module):
     def figure(self, title: str | None = None):
         """The SDE's band (10 %–90 % of its members at each time, and its
         median) around the flow, the SGD runs on top, the modified flow
-        dashed, on a log time axis; the crossing times below as points with
-        their means."""
+        dashed, over the window of the first drop; the crossing times below
+        as points with their means and standard deviations."""
         from ..plot._base import pyplot
 
         fig, (ax, bx) = pyplot().subplots(
             2, 1, figsize=(10, 6.5), height_ratios=(2, 1), layout="constrained"
         )
-        pos = self.sde_ts > 0
+        pos = np.ones(self.sde_ts.shape, bool)
         lo, mid, hi = np.nanquantile(self.sde_loss[:, pos], (0.1, 0.5, 0.9), axis=0)
         ax.fill_between(self.sde_ts[pos], lo, hi, color="C0", alpha=0.3, lw=0,
                         label="SDE, 10 %-90 % of members")  # fmt: skip
         ax.plot(self.sde_ts[pos], mid, "C0-", lw=1, label="SDE, median")
-        spos = self.sgd_ts > 0
+        spos = np.ones(self.sgd_ts.shape, bool)
         for i, loss in enumerate(self.sgd_loss):
             ax.plot(self.sgd_ts[spos], loss[spos], "C1-", lw=0.6, alpha=0.8,
                     label="SGD runs" if i == 0 else None)  # fmt: skip
-        fpos = self.ts > 0
+        fpos = np.ones(self.ts.shape, bool)
         ax.plot(self.ts[fpos], self.flow_loss[fpos], "k-", lw=2, label="flow")
         if self.modified_loss is not None:
             ax.plot(self.ts[fpos], self.modified_loss[fpos], "k--", lw=1.5,
@@ -152,7 +152,15 @@ class EnsembleComparison(eqx.Module):
         for j, lv in enumerate(self.levels):
             ax.axhline(lv, color="0.7", lw=0.7, zorder=0,
                        label="compared levels" if j == 0 else None)  # fmt: skip
-        ax.set_xscale("log")
+        # the window of the drop: time runs linearly there
+        every = np.concatenate([self.sgd_crossings.ravel(), self.sde_crossings.ravel(),
+                                self.flow_crossings])  # fmt: skip
+        every = every[np.isfinite(every)]
+        if every.size:
+            lo_t, hi_t = float(every.min()), float(every.max())
+            pad = 0.5 * (hi_t - lo_t) + 1e-12
+            ax.set_xlim(max(lo_t - pad, 0.0), hi_t + pad)
+        ax.set_xlabel("time t = lr x step")
         ax.set_ylabel("population loss")
         ax.legend(
             loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False
