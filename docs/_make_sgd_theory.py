@@ -2,7 +2,7 @@
 stochastic modified equation":
 
     PYTHONPATH=. python docs/_make_sgd_theory.py orders
-    PYTHONPATH=. python docs/_make_sgd_theory.py escapes [--seeds 16]
+    PYTHONPATH=. python docs/_make_sgd_theory.py escapes [--seeds 16] [--more 48]
 
 `orders`: full-batch gradient descent at lr = 0.04, 0.02, 0.01 against the
 plain flow and the modified flows of orders 1 and 2 (`gf.modified_loss`), at
@@ -13,7 +13,9 @@ markers and `docs/figures/sgd_orders.png`. A minute on a 2-core CPU.
 `escapes`: the first drop's half-way crossing of 16 SGD runs and 16 runs of
 the stochastic modified equation (`gf.sgd_sde`) from one start, at batch 4 and
 32, with the flow and the order-1 modified flow beside them; writes the table
-between `<!-- sgd-escapes -->` markers and `docs/figures/sgd_escapes.png`.
+between `<!-- sgd-escapes -->` markers and `docs/figures/sgd_escapes_b*.png`;
+with `--more N` the same with N seeds of each, between
+`<!-- sgd-escapes-more -->` markers (a few minutes).
 """
 
 import argparse
@@ -145,19 +147,20 @@ def escape_runs(batch: int, seeds: int):
     return flow, runs, sde
 
 
-def escapes(seeds: int) -> None:
+def escapes(seeds: int, marker: str = "sgd-escapes", figures: bool = True) -> None:
     import gradflow as gf
 
     rows = []
     for batch in BATCHES:
         flow, runs, sde = escape_runs(batch, seeds)
         cmp = gf.compare(flow, runs, sde=sde, modified=True)
-        cmp.save_figure(
-            FIGURES / f"sgd_escapes_b{batch}",
-            title=f"sticky(6, 0.5, 0.5, 0.05), m = 8, lr {ESCAPE_LR:g}, batch {batch}: "
-            f"{seeds} SGD runs and {seeds} SDE paths from one start",
-            formats=("png",),
-        )
+        if figures:
+            cmp.save_figure(
+                FIGURES / f"sgd_escapes_b{batch}",
+                title=f"sticky(6, 0.5, 0.5, 0.05), m = 8, lr {ESCAPE_LR:g}, batch "
+                f"{batch}: {seeds} SGD runs and {seeds} SDE paths from one start",
+                formats=("png",),
+            )
         j = cmp.fractions.index(0.5)
         ref_mean, ref_std = REFERENCE[batch]
         rows.append(
@@ -187,11 +190,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=("orders", "escapes"))
     parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument(
+        "--more", type=int, default=None,
+        help="escapes: also N seeds of each (the table between sgd-escapes-more)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.part == "orders":
         orders()
     else:
         escapes(args.seeds)
+        if args.more is not None:
+            escapes(args.more, marker="sgd-escapes-more", figures=False)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 (`gf.sgd_sde`): `docs/sgd.md`, "Modified flows"."""
 
 import jax
+import jax.flatten_util
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -130,3 +132,159 @@ def test_full_batch_gd_is_gradient_descent():
     )
     with pytest.raises(ValueError, match="num_sequences = 8 needs a batch_size"):
         gf.SGD(0.1, None, num_sequences=8)
+
+
+# -- the stochastic modified equation ------------------------------------------------
+
+
+class Discrete(gf.SampledProblem, gf.EnumeratedProblem):
+    """A nonlinear regression on K fixed inputs drawn with weights w: its
+    sampler and its sum over the sample space describe the same examples."""
+
+    X: jax.Array
+    Y: jax.Array
+    w: jax.Array
+
+    def example_losses(self, params):
+        a, v = params
+        return 0.5 * (jnp.tanh(self.X @ a) @ v - self.Y) ** 2
+
+    def example_weights(self):
+        return self.w
+
+    def loss(self, params):
+        return self.w @ self.example_losses(params)
+
+    def init(self, key, init_scale):
+        ka, kv = jax.random.split(key)
+        n, h = self.X.shape[1], 3
+        return (init_scale * jax.random.normal(ka, (n, h)),
+                init_scale * jax.random.normal(kv, (h,)))  # fmt: skip
+
+    def sample(self, key, n):
+        return jax.random.choice(key, self.w.shape[0], (n,), p=self.w)
+
+    def sample_loss(self, params, batch):
+        return jnp.mean(self.example_losses(params)[batch])
+
+
+def _discrete():
+    rng = np.random.default_rng(0)
+    K, n = 7, 2
+    w = rng.uniform(0.5, 1.5, K)
+    problem = Discrete(jnp.asarray(rng.standard_normal((K, n))),
+                       jnp.asarray(rng.standard_normal(K)), jnp.asarray(w / w.sum()))  # fmt: skip
+    return problem, problem.init(jax.random.key(1), 0.8)
+
+
+def _diffusion(problem, params, samples, lr=0.2, batch=4, key=None):
+    from jax.flatten_util import ravel_pytree
+
+    from gradflow._sgd.sde import _Diffusion, _Drift
+
+    flat, unravel = ravel_pytree(params)
+    key = jax.random.key(0) if key is None else key
+    args = (
+        problem,
+        jnp.asarray(lr),
+        jnp.asarray(np.sqrt(lr / batch)),
+        key,
+        jnp.asarray(lr / 2),
+    )
+    drift = _Drift(1, unravel)(0.0, flat, args)
+    return np.asarray(drift), np.asarray(_Diffusion(samples, unravel)(0.0, flat, args))
+
+
+def _empirical(problem, params, n, key):
+    """Per-example gradients of `n` draws of the sampler: `(n, parameters)`."""
+    batch = problem.sample(key, n)
+
+    def one(x):
+        grad = jax.grad(problem.sample_loss)(params, x[None])
+        return jax.flatten_util.ravel_pytree(grad)[0]
+
+    return np.asarray(jax.lax.map(one, batch, batch_size=512))
+
+
+@pytest.mark.parametrize("make", [_discrete, _markov], ids=["discrete", "markov"])
+def test_sde_drift_is_the_modified_field(make):
+    problem, p0 = make()
+    drift, _ = _diffusion(problem, p0, None)
+    expect = _flat(gf.modified_loss(problem, 0.2).vector_field(p0))
+    np.testing.assert_allclose(drift, expect, rtol=1e-12, atol=1e-15)
+
+
+def test_sde_noise_covariance_matches_the_sampler():
+    """diffusion diffusion^T / (lr/B) against the empirical covariance of
+    50,000 per-example gradients drawn by the problem's own sampler: every
+    entry within 5 Monte-Carlo standard errors (exact columns over the sample
+    space, and columns estimated from M = 50,000 samples)."""
+    problem, p0 = _discrete()
+    lr, B = 0.2, 4
+    G = _empirical(problem, p0, 50_000, jax.random.key(7))
+    D = G - G.mean(0)
+    emp = D.T @ D / (len(G) - 1)
+    se = np.sqrt(np.var(D[:, :, None] * D[:, None, :], axis=0) / len(G))
+    _, S = _diffusion(problem, p0, None, lr, B)
+    assert S.shape == (G.shape[1], 7)  # low rank: one column per example
+    exact = S @ S.T / (lr / B)
+    assert np.max(np.abs(exact - emp) / (se + 1e-300)) < 5
+    assert np.abs(exact - emp).max() < 0.05 * np.abs(exact).max()
+    _, S = _diffusion(problem, p0, 50_000, lr, B, key=jax.random.key(3))
+    estimated = S @ S.T / (lr / B)
+    assert np.max(np.abs(estimated - exact) / (se + 1e-300)) < 5
+
+
+@pytest.mark.slow
+def test_markov_exact_noise_near_the_finite_context_sampler():
+    """The paper's model: the infinite-context covariance against the
+    finite-context sampler's (context 256), to the few per cent the finite
+    context adds (`docs/sgd.md`)."""
+    problem, p0 = _markov()
+    _, S = _diffusion(problem, p0, None, 0.2, 1)
+    exact = S @ S.T / 0.2
+    G = _empirical(problem, p0, 20_000, jax.random.key(7))
+    D = G - G.mean(0)
+    emp = D.T @ D / (len(G) - 1)
+    assert abs(np.trace(emp) / np.trace(exact) - 1) < 0.05
+    top = np.linalg.eigvalsh(exact)[-3:], np.linalg.eigvalsh(emp)[-3:]
+    np.testing.assert_allclose(top[0], top[1], rtol=0.08)
+
+
+def test_sde_ensembles_are_reproducible_per_seed():
+    problem, p0 = _discrete()
+    kw = dict(t1=1.0, sgd=gf.SGD(0.1, 2), run=gf.Run(progress=False),
+              saveat=gf.SaveAt(ts=np.linspace(0, 1, 11), stages=False))  # fmt: skip
+    a = gf.sgd_sde(problem, p0, seeds=[3, 5], **kw)
+    b = gf.sgd_sde(problem, p0, seeds=[5], **kw)
+    assert len(a) == 2 and [m.seed for m in a.members] == [3, 5]
+    np.testing.assert_array_equal(_flat(a[1].params), _flat(b[0].params))
+    np.testing.assert_array_equal(a[1].loss, b[0].loss)
+    assert not np.array_equal(a[0].loss, a[1].loss)
+    np.testing.assert_array_equal(a.ts, np.linspace(0, 1, 11))
+    assert a[0].loss[0] == float(problem.loss(p0))
+    # the estimated noise too
+    c = gf.sgd_sde(problem, p0, seeds=[5], solver=gf.SDESolver(samples=8), **kw)
+    d = gf.sgd_sde(problem, p0, seeds=[5], solver=gf.SDESolver(samples=8), **kw)
+    np.testing.assert_array_equal(c.loss, d.loss)
+
+
+def test_sde_mean_and_spread_follow_sgd():
+    """Weak check on the discrete problem: the mean and the standard
+    deviation of the population loss at t = 2 over 200 SDE paths against 200
+    SGD runs (same start), within 4 combined standard errors for the mean
+    and a factor 1.3 for the spread."""
+    problem, p0 = _discrete()
+    t1, sgd = 2.0, gf.SGD(0.05, 1)
+    saveat, quiet = gf.SaveAt(ts=[0.0, t1], stages=False), gf.Run(progress=False)
+    n = 200
+    sde = gf.sgd_sde(
+        problem, p0, seeds=range(n), t1=t1, sgd=sgd, saveat=saveat, run=quiet
+    )
+    sgd_end = np.array([gf.train_sgd(problem, p0, seed=s, t1=t1, sgd=sgd, saveat=saveat,
+                                     run=quiet).loss[-1] for s in range(n)])  # fmt: skip
+    sde_end = sde.loss[:, -1]
+    se = np.sqrt(sgd_end.var(ddof=1) / n + sde_end.var(ddof=1) / n)
+    assert abs(sgd_end.mean() - sde_end.mean()) < 4 * se
+    ratio = sde_end.std(ddof=1) / sgd_end.std(ddof=1)
+    assert 1 / 1.3 < ratio < 1.3, ratio

@@ -1,6 +1,7 @@
 """`gradflow run`: integrate one problem's flow, locate its stages, write files
 and figures."""
 
+import math
 import sys
 
 from . import common
@@ -90,7 +91,12 @@ def _lr_corrected(args, problem, description: str):
                 f"--order {args.order} is the order of --lr-correction; add --lr-correction LR"
             )
         return problem, description
-    problem = gf.modified_loss(problem, args.lr_correction, args.order)
+    lr = args.lr_correction
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"--lr-correction must be finite and > 0, got {lr:g}")
+    if args.order not in (0, 1, 2):
+        raise ValueError(f"--order must be 0, 1 or 2, got {args.order}")
+    problem = gf.modified_loss(problem, lr, args.order)
     return problem, (
         f"{description}; modified flow of GD at lr {args.lr_correction:g}, order "
         f"{args.order}"

@@ -97,11 +97,13 @@ class ModifiedLoss(FieldProblem, StagedProblem, BoundedProblem):
 
     def __init__(self, problem: Problem, lr, order: int = 1):
         self.problem = check_problem(problem)
-        self.lr = jnp.asarray(check_positive_finite("lr", lr))
+        lr = check_positive_finite("lr", lr)
         order = check_integer("order", order, 0)
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order}")
         self.order = order
+        # an array (traced): flows at another lr reuse the compiled solve
+        self.lr = jnp.asarray(lr)
 
     def loss(self, params: PyTree) -> Array:
         return self.problem.loss(params)

@@ -272,6 +272,8 @@ def sgd_sde(
     seeds = _check_seeds(seeds)
     t1 = check_positive_finite("t1", t1)
     dt = sgd.lr / 2 if solver.dt is None else solver.dt
+    if t1 < dt:
+        raise ValueError(f"t1 = {t1} is shorter than one step of the SDE, dt = {dt}")
     steps = sgd_save_steps(saveat.ts, dt, t1)
     dtype = check_dtype(sgd.dtype)
     problem_dt = astype(problem, dtype)
