@@ -1527,6 +1527,12 @@ CASES = [
         r"order must be 0 or 1, got 2",
     ),
     Case(
+        "SDESolver-compensate",
+        lambda f: gf.SDESolver(compensate="yes"),
+        TypeError,
+        r"compensate must be True, False or None, got 'yes'",
+    ),
+    Case(
         "SDESolver-dt",
         lambda f: gf.SDESolver(dt=0.0),
         ValueError,

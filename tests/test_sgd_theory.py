@@ -177,9 +177,11 @@ def _discrete():
     return problem, problem.init(jax.random.key(1), 0.8)
 
 
-def _diffusion(problem, params, samples, lr=0.2, batch=4, key=None):
+def _diffusion(problem, params, samples, lr=0.2, batch=4, key=None, compensate=False):
     from jax.flatten_util import ravel_pytree
 
+    # the SDE's two terms themselves (the pieces under test: a solve shows
+    # neither its drift nor its diffusion matrix)
     from gradflow._sgd.sde import _Diffusion, _Drift
 
     flat, unravel = ravel_pytree(params)
@@ -191,7 +193,7 @@ def _diffusion(problem, params, samples, lr=0.2, batch=4, key=None):
         key,
         jnp.asarray(lr / 2),
     )
-    drift = _Drift(1, unravel)(0.0, flat, args)
+    drift = _Drift(1, unravel, compensate)(0.0, flat, args)
     return np.asarray(drift), np.asarray(_Diffusion(samples, unravel)(0.0, flat, args))
 
 
@@ -212,6 +214,37 @@ def test_sde_drift_is_the_modified_field(make):
     drift, _ = _diffusion(problem, p0, None)
     expect = _flat(gf.modified_loss(problem, 0.2).vector_field(p0))
     np.testing.assert_allclose(drift, expect, rtol=1e-12, atol=1e-15)
+    # compensated for the Euler step dt = lr / 2: the order-1 field at lr / 2
+    drift, _ = _diffusion(problem, p0, None, compensate=True)
+    expect = _flat(gf.modified_loss(problem, 0.1).vector_field(p0))
+    np.testing.assert_allclose(drift, expect, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.slow
+def test_sde_solve_follows_the_modified_flow_to_second_order():
+    """Without noise (a huge batch), the Euler solve with its default step
+    dt = lr / 2 lies O(lr^2) from the order-1 modified flow (fitted slope 2;
+    without the compensation of the step it is O(lr))."""
+    problem, p0 = _linear()
+    t1, quiet = 2.0, gf.Run(progress=False)
+    saveat = gf.SaveAt(ts=[0.0, t1], stages=False)
+    lrs = (0.04, 0.02, 0.01)
+    dist = {True: [], False: []}
+    for lr in lrs:
+        flow = gf.flow(gf.modified_loss(problem, lr), params=p0, t1=t1, saveat=saveat,
+                       run=quiet, solver=gf.Solver("tsit5", rtol=1e-12, atol=1e-12))  # fmt: skip
+        end = _flat(jax.tree.map(lambda x: x[-1], flow.params))
+        for compensate in (True, False):
+            sde = gf.sgd_sde(problem, p0, seeds=[0], t1=t1, saveat=saveat, run=quiet,
+                             sgd=gf.SGD(lr, 10**15),
+                             solver=gf.SDESolver(compensate=compensate))  # fmt: skip
+            dist[compensate].append(
+                np.linalg.norm(
+                    _flat(jax.tree.map(lambda x: x[-1], sde[0].params)) - end
+                )
+            )
+    slope = {k: np.polyfit(np.log(lrs), np.log(v), 1)[0] for k, v in dist.items()}
+    assert abs(slope[True] - 2) < 0.2 and abs(slope[False] - 1) < 0.2, (slope, dist)
 
 
 def test_sde_noise_covariance_matches_the_sampler():

@@ -304,6 +304,28 @@ def _lr_of(run) -> float:
     return float(lr)
 
 
+def _ensembles(traj, run, sde, modified, fractions):
+    """`compare` of an ensemble (`docs/sgd.md`, "Escape times")."""
+    from .ensemble import compare_ensembles
+
+    runs = list(run)
+    if modified is True:
+        modified = modified_flow(traj, _lr_of(runs[0]) if runs else 0.0)
+    return compare_ensembles(
+        traj, runs, sde, modified=modified or None, fractions=fractions
+    )
+
+
+def _modified_crossings(traj, run, modified, levels) -> np.ndarray:
+    """The modified flow's crossings of `levels` (`nan` without one)."""
+    if modified is True:
+        modified = modified_flow(traj, _lr_of(run))
+    if modified is False or modified is None:
+        return np.full(len(levels), math.nan)
+    mts, ml = np.asarray(modified.ts, float), np.asarray(modified.loss, float)
+    return np.array([crossing_time(mts, ml, lv) for lv in levels])
+
+
 def compare(
     traj: Trajectory,
     run,
@@ -349,14 +371,7 @@ def compare(
     or a fraction is outside `(0, 1)`.
     """
     if isinstance(run, (list, tuple)) or type(run).__name__ == "Sweep":
-        from .ensemble import compare_ensembles
-
-        runs = list(run)
-        if modified is True:
-            modified = modified_flow(traj, _lr_of(runs[0]) if runs else 0.0)
-        return compare_ensembles(
-            traj, runs, sde, modified=modified or None, fractions=fractions
-        )
+        return _ensembles(traj, run, sde, modified, fractions)
     if sde is not None:
         raise ValueError(
             "sde= compares an ensemble: give run as a sequence of SGD runs from one "
@@ -436,13 +451,7 @@ def compare(
         drop_rel = np.abs(drop_sc - drop_fc) / drop_fc
     drop_rel = np.where(np.isfinite(drop_fc) & ~np.isfinite(drop_sc), np.inf, drop_rel)
 
-    if modified is True:
-        modified = modified_flow(traj, _lr_of(run))
-    if modified is not False and modified is not None:
-        mts, ml = np.asarray(modified.ts, float), np.asarray(modified.loss, float)
-        mod_c = np.array([crossing_time(mts, ml, lv) for lv in levels])
-    else:
-        mod_c = np.full(len(levels), math.nan)
+    mod_c = _modified_crossings(traj, run, modified, levels)
     flow_stages = _stage_times(getattr(traj, "stages", ()))
     sgd_stages = _stage_times(getattr(run, "stages", ()))
     stage_diffs = {

@@ -17,6 +17,7 @@ step (estimated); the Brownian motion has one component per column and no
 dense covariance is ever formed.
 """
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -62,14 +63,22 @@ class SDESolver(eqx.Module):
       sample space), else 64.
     - `order`: the drift: 1 (default), $-\nabla \tilde L_1 = -\nabla L -
       \frac h2 H \nabla L$; 0, the plain $-\nabla L$.
+    - `compensate`: fold the Euler step's own $O(dt)$ error into the drift
+      (`docs/sgd.md`): the step uses $-\nabla L - \frac{K h - dt}2 H\nabla
+      L$ ($K$ the order), whose Euler–Maruyama solve follows the drift of
+      order $K$ to $O(h^2)$ rather than $O(dt)$. `None` (default): for
+      `diffrax.Euler` only.
     """
 
     solver: Any = None
     dt: float | None = None
     samples: int | None = None
     order: int = eqx.field(static=True, default=1)
+    compensate: bool = eqx.field(static=True, default=True)
 
-    def __init__(self, solver=None, *, dt=None, samples=None, order: int = 1):
+    def __init__(
+        self, solver=None, *, dt=None, samples=None, order: int = 1, compensate=None
+    ):
         if solver is None:
             solver = dfx.Euler()
         if not isinstance(solver, dfx.AbstractSolver):
@@ -81,6 +90,13 @@ class SDESolver(eqx.Module):
         if order not in (0, 1):
             raise ValueError(f"order must be 0 or 1, got {order}")
         self.order = order
+        if compensate not in (None, True, False):
+            raise TypeError(
+                f"compensate must be True, False or None, got {show(compensate)}"
+            )
+        self.compensate = (
+            isinstance(solver, dfx.Euler) if compensate is None else compensate
+        )
 
 
 def noise_columns(problem: Problem, params, *, samples: int | None, key=None):
@@ -119,10 +135,17 @@ class _Drift(eqx.Module):
 
     order: int = eqx.field(static=True)
     unravel: Any = eqx.field(static=True)
+    compensate: bool = eqx.field(static=True, default=False)
 
     def __call__(self, t, y, args):
-        problem, lr, *_ = args
-        return ravel_pytree(modified_field(problem, lr, self.order, self.unravel(y)))[0]
+        problem, lr, _, _, dt = args
+        params = self.unravel(y)
+        if not self.compensate:
+            return ravel_pytree(modified_field(problem, lr, self.order, params))[0]
+        # an Euler step of size dt adds -(dt/2) H grad L of its own
+        # (docs/sgd.md): take it out of the drift
+        field = modified_field(problem, self.order * lr - dt, 1, params)
+        return ravel_pytree(field)[0]
 
 
 class _Diffusion(eqx.Module):
@@ -145,8 +168,9 @@ class _Diffusion(eqx.Module):
 
 
 @eqx.filter_jit
-def _solve(problem, params0, key, lr, scale, dt, t1, ts, *, solver, order, samples,
-           columns: int, max_steps: int):  # fmt: skip
+def _solve(problem, params0, key, numbers, ts, *, solver, order, compensate,
+           samples, columns: int, max_steps: int):  # fmt: skip
+    lr, scale, dt, t1 = numbers  # (arrays: a new lr or t1 reuses the compilation)
     y0, unravel = ravel_pytree(params0)
     bkey, skey = jax.random.split(key)
     brownian = dfx.VirtualBrownianTree(
@@ -154,7 +178,7 @@ def _solve(problem, params0, key, lr, scale, dt, t1, ts, *, solver, order, sampl
         levy_area=dfx.BrownianIncrement,
     )  # fmt: skip
     terms = dfx.MultiTerm(
-        dfx.ODETerm(_Drift(order, unravel)),
+        dfx.ODETerm(_Drift(order, unravel, compensate)),
         dfx.ControlTerm(_Diffusion(samples, unravel), brownian),
     )
     sol = dfx.diffeqsolve(
@@ -285,53 +309,38 @@ def sgd_sde(
     else:
         columns = samples
     ts = steps.astype(np.float64) * dt
-    t_end = float(ts[-1])
-    num = int(steps[-1])
     f = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-    members, trajectories = [], []
-    for i, seed in enumerate(seeds):
-        tick = time.perf_counter()
-        key = jax.random.fold_in(jax.random.key(seed), 0x5DE)
-        ys, num_steps = _solve(
-            problem_dt, params0, key, f(sgd.lr), f(math.sqrt(sgd.lr / sgd.batch_size)),
-            f(dt), f(t_end), f(ts), solver=solver.solver, order=solver.order,
-            samples=samples, columns=columns, max_steps=num + 1,
+    numbers = (f(sgd.lr), f(math.sqrt(sgd.lr / sgd.batch_size)), f(dt), f(ts[-1]))
+    settings = FlowSettings(
+        t1=float(ts[-1]),
+        solver=type(solver.solver).__name__,
+        max_steps=int(steps[-1]) + 1,
+        dtype=np.dtype(dtype).name,
+        num_saves=len(ts),
+        solver_options=_options(sgd, dt, samples, solver.order, solver.compensate),
+        stages=False,
+        init_scale=init_scale,
+    )
+    trajectories = [
+        _member(
+            problem,
+            problem_dt,
+            params0,
+            seed,
+            numbers,
+            ts,
+            settings,
+            solver=solver,
+            samples=samples,
+            columns=columns,
         )  # fmt: skip
-        saved = jax.tree.map(np.asarray, ys)
-        finite = all(np.isfinite(x).all() for x in jax.tree.leaves(saved))
-        loss, grad_norm = population_observables(problem_dt, saved)
-        settings = FlowSettings(
-            t1=t_end,
-            solver=type(solver.solver).__name__,
-            max_steps=num + 1,
-            dtype=np.dtype(dtype).name,
-            num_saves=len(ts),
-            solver_options=_options(sgd, dt, samples, solver.order),
-            stages=False,
-            init_scale=init_scale,
-            seed=int(seed),
-        )
-        stats = FlowStats(
-            num_steps=int(num_steps),
-            num_accepted_steps=int(num_steps),
-            wall_time=time.perf_counter() - tick,
-        )
-        trajectories.append(
-            Trajectory(  # pyright: ignore[reportCallIssue]
-                ts=ts,
-                loss=np.asarray(loss, np.float64),
-                grad_norm=np.asarray(grad_norm, np.float64),
-                params=saved,
-                problem=problem,
-                settings=settings,
-                stats=stats,
-                result=RESULTS.successful if finite else RESULTS.nonfinite,
-                detail="" if finite else "the SDE's path became non-finite; lower dt",
-            )
-        )
-        members.append(
-            Member(index=i, problem=0, init_scale=init_scale, seed=int(seed))
-        )
+        for seed in seeds
+    ]
+    members = [
+        Member(index=i, problem=0, init_scale=init_scale, seed=seed)
+        for i, seed in enumerate(seeds)
+    ]
+    t_end, num = float(ts[-1]), int(steps[-1])
     return Sweep(
         trajectories=tuple(trajectories),
         members=tuple(members),
@@ -345,7 +354,7 @@ def sgd_sde(
             max_steps=num + 1,
             dtype=np.dtype(dtype).name,
             num_saves=len(ts),
-            solver_options=_options(sgd, dt, samples, solver.order),
+            solver_options=_options(sgd, dt, samples, solver.order, solver.compensate),
             stages=False,
             num_members=len(seeds),
             num_problems=1,
@@ -361,7 +370,42 @@ def sgd_sde(
     )
 
 
-def _options(sgd: SGD, dt: float, samples, order: int) -> dict[str, Any]:
+def _member(problem, problem_dt, params0, seed, numbers, ts, settings, *, solver,
+            samples, columns) -> Trajectory:  # fmt: skip
+    """One member: the solve of Brownian seed `seed`, scored with the
+    population loss."""
+    tick = time.perf_counter()
+    key = jax.random.fold_in(jax.random.key(seed), 0x5DE)
+    ys, num_steps = _solve(
+        problem_dt, params0, key, numbers, jnp.asarray(ts, numbers[0].dtype),
+        solver=solver.solver, order=solver.order, compensate=solver.compensate,
+        samples=samples,
+        columns=columns, max_steps=settings.max_steps,
+    )  # fmt: skip
+    saved = jax.tree.map(np.asarray, ys)
+    finite = all(np.isfinite(x).all() for x in jax.tree.leaves(saved))
+    loss, grad_norm = population_observables(problem_dt, saved)
+    stats = FlowStats(
+        num_steps=int(num_steps),
+        num_accepted_steps=int(num_steps),
+        wall_time=time.perf_counter() - tick,
+    )
+    return Trajectory(  # pyright: ignore[reportCallIssue]
+        ts=ts,
+        loss=np.asarray(loss, np.float64),
+        grad_norm=np.asarray(grad_norm, np.float64),
+        params=saved,
+        problem=problem,
+        settings=dataclasses.replace(settings, seed=int(seed)),
+        stats=stats,
+        result=RESULTS.successful if finite else RESULTS.nonfinite,
+        detail="" if finite else "the SDE's path became non-finite; lower dt",
+    )
+
+
+def _options(
+    sgd: SGD, dt: float, samples, order: int, compensate: bool
+) -> dict[str, Any]:
     """What a member's settings record of the SDE: the SGD it models and how
     its noise and drift were made."""
     return {
@@ -371,6 +415,7 @@ def _options(sgd: SGD, dt: float, samples, order: int) -> dict[str, Any]:
         "dt": dt,
         "noise": "exact" if samples is None else f"{samples} samples per step",
         "drift_order": order,
+        "compensate": compensate,
     }
 
 

@@ -65,9 +65,7 @@ def check_chain(chain, name: str = "chain") -> MarkovChain:
 _attention_many = eqx.filter_jit(jax.vmap(attention_summary, in_axes=(0, None)))
 
 
-class MarkovAttention(
-    SampledProblem, StagedProblem, BoundedProblem, EnumeratedProblem
-):
+class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem, EnumeratedProblem):
     r"""The paper's model on a Markov chain: the population cross-entropy of
     `docs/model.md` (and of the variants of `docs/variants.md`) as a
     [`gradflow.Problem`][].
