@@ -327,9 +327,9 @@ def sgd_sde(
             problem_dt,
             params0,
             seed,
-            numbers,
-            ts,
-            settings,
+            numbers=numbers,
+            ts=ts,
+            settings=settings,
             solver=solver,
             samples=samples,
             columns=columns,
@@ -370,7 +370,7 @@ def sgd_sde(
     )
 
 
-def _member(problem, problem_dt, params0, seed, numbers, ts, settings, *, solver,
+def _member(problem, problem_dt, params0, seed, *, numbers, ts, settings, solver,
             samples, columns) -> Trajectory:  # fmt: skip
     """One member: the solve of Brownian seed `seed`, scored with the
     population loss."""
