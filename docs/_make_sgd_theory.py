@@ -180,9 +180,7 @@ def escapes(seeds: int, marker: str = "sgd-escapes", figures: bool = True) -> No
             *rows,
         ]
     )
-    gf.replace_between_markers(
-        PAGE, "<!-- sgd-escapes -->", "<!-- /sgd-escapes -->", table
-    )
+    gf.replace_between_markers(PAGE, f"<!-- {marker} -->", f"<!-- /{marker} -->", table)
     print(table)
 
 

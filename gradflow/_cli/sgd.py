@@ -347,6 +347,7 @@ def _ensembles(args, made, plugin, sgd, out: Output) -> int:
         solver=gf.Solver(args.solver, rtol=args.rtol, atol=args.atol, **extra),
     )  # fmt: skip
     cmp = gf.compare(traj, runs, sde=sde, modified=True)
+    assert isinstance(cmp, gf.EnsembleComparison)
     table = cmp.table()
     summary = {"problem": description, "ensembles": cmp.summary()}
     if out.folder is not None:

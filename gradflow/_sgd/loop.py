@@ -66,7 +66,7 @@ class Population(eqx.Module):
         return self.problem.loss(params)
 
 
-def sgd_step(params, opt_state, key, *, source, optimizer, batch_size: int):
+def sgd_step(params, opt_state, key, *, source, optimizer, batch_size: int | None):
     """One step: draw a batch from `source` (a problem, or a `FixedData`),
     take the gradient of its loss, apply the optimizer. Returns
     `(params, opt_state, batch_loss)`."""
@@ -122,7 +122,14 @@ def _finite(tree) -> Array:
 
 @eqx.filter_jit
 def sgd_chunk(
-    state: SGDState, steps, key, *, source, optimizer, batch_size: int, chunk: int
+    state: SGDState,
+    steps,
+    key,
+    *,
+    source,
+    optimizer,
+    batch_size: int | None,
+    chunk: int,
 ):
     """Advances `state` by at most `chunk` steps, up to the next save step
     (`steps[state.num_saved]`), recording the iterate there (or failing)."""

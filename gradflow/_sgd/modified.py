@@ -47,7 +47,8 @@ ORDERS = (0, 1, 2)
 
 
 def _dot(a: PyTree, b: PyTree) -> Array:
-    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))  # fmt: skip
+    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return jnp.sum(jnp.stack([jnp.vdot(x, y) for x, y in pairs]))
 
 
 def _axpy(*terms) -> PyTree:

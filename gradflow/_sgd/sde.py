@@ -186,7 +186,7 @@ def _solve(problem, params0, key, numbers, ts, *, solver, order, compensate,
         args=(problem, lr, scale, skey, dt), saveat=dfx.SaveAt(ts=ts),
         max_steps=max_steps, throw=False,
     )  # fmt: skip
-    return jax.vmap(unravel)(sol.ys), sol.stats["num_steps"]
+    return jax.vmap(unravel)(sol.ys), sol.stats["num_steps"]  # pyright: ignore[reportArgumentType]
 
 
 def _check_seeds(seeds) -> tuple[int, ...]:

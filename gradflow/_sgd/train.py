@@ -11,7 +11,7 @@ objects that describe a problem are turned into one by
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -31,7 +31,7 @@ from .._loop.checkpoint import Checkpointer, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
 from .._options import SGD, Run, SaveAt, as_run, as_saveat, as_sgd
 from .._problem.adapt import as_problem
-from .._problem.base import Problem
+from .._problem.base import Problem, SampledProblem
 from .._problem.files import configuration, fingerprint as problem_fingerprint
 from .._problem.functions import (
     analyse,
@@ -175,7 +175,7 @@ def _draw(problem, key, n: int):
 
 
 @eqx.filter_jit
-def _first_batch_loss(source, params, key, batch_size: int):
+def _first_batch_loss(source, params, key, batch_size: int | None):
     return source.sample_loss(params, source.sample(key, batch_size))
 
 
@@ -219,8 +219,9 @@ def _source(setup: _Setup, num_sequences):
         return Population(setup.problem_dt)
     if num_sequences is None:
         return setup.problem_dt
-    data = _draw(setup.problem_dt, setup.sample_key, num_sequences)
-    return FixedData(setup.problem_dt, data)
+    sampled = cast(SampledProblem, setup.problem_dt)  # (checked by _prepare)
+    data = _draw(sampled, setup.sample_key, num_sequences)
+    return FixedData(sampled, data)
 
 
 def _failure(state: SGDState, lr: float) -> str:
