@@ -321,3 +321,40 @@ def test_sde_mean_and_spread_follow_sgd():
     assert abs(sgd_end.mean() - sde_end.mean()) < 4 * se
     ratio = sde_end.std(ddof=1) / sgd_end.std(ddof=1)
     assert 1 / 1.3 < ratio < 1.3, ratio
+
+
+def test_compare_reports_modified_and_ensemble_crossings():
+    """`compare(..., modified=True)` adds the modified flow's crossings (GD
+    crosses nearer them than the flow's); of an ensemble, the means and
+    standard deviations of members shifted by known amounts, the gap in
+    standard errors and the shares of the SGD-flow gap."""
+    from types import SimpleNamespace
+
+    problem, p0 = _linear()
+    lr, t1 = 0.02, 1.0
+    ts = np.arange(51) * lr
+    quiet = gf.Run(progress=False)
+    gd = gf.train_sgd(problem, p0, t1=t1, sgd=gf.SGD(lr, None),
+                      saveat=gf.SaveAt(ts=ts, stages=False), run=quiet)  # fmt: skip
+    flow = gf.flow(problem, params=p0, t1=t1, saveat=gf.SaveAt(ts=ts), run=quiet)
+    cmp = gf.compare(flow, gd, modified=True)
+    assert np.all(np.isfinite(cmp.modified_crossings))
+    assert np.all(
+        np.abs(cmp.sgd_crossings - cmp.modified_crossings)
+        < 0.2 * np.abs(cmp.sgd_crossings - cmp.flow_crossings)
+    )
+    shifts = (0.1, 0.2, 0.3)
+    runs = [SimpleNamespace(ts=flow.ts + s, loss=flow.loss) for s in shifts]
+    sde = [SimpleNamespace(ts=flow.ts + s, loss=flow.loss) for s in (0.1, 0.3)]
+    ens = gf.compare(
+        flow, runs, sde=sde, modified=cmp.modified_crossings is not None and gd
+    )
+    assert isinstance(ens, gf.EnsembleComparison)
+    np.testing.assert_allclose(ens.sgd_mean - ens.flow_crossings, 0.2, atol=2e-3)
+    np.testing.assert_allclose(ens.sgd_std, 0.1, atol=2e-3)
+    np.testing.assert_allclose(ens.sde_std, np.std((0.1, 0.3), ddof=1), atol=2e-3)
+    np.testing.assert_allclose(ens.z, 0.0, atol=0.05)
+    np.testing.assert_allclose(ens.explained_sde, 1.0, atol=0.02)
+    assert "| SDE mean ± std |" in ens.table()
+    with pytest.raises(ValueError, match="sde= compares an ensemble"):
+        gf.compare(flow, gd, sde=sde)
