@@ -52,13 +52,15 @@ def register(subparsers) -> None:
         default=None,
         metavar="LR",
         help="solve the modified flow of gradient descent at step LR instead of "
-        "the flow (gradflow.modified_loss); the loss reported is the original one",
+        "the flow (gradflow.modified_loss); the loss reported is the original "
+        "one (default: the flow)",
     )
     g.add_argument(
         "--order",
         type=int,
         default=1,
-        help="the modified flow's order: 0 (the flow), 1 (default), 2",
+        help="the modified flow's order with --lr-correction: 0 (the flow), 1, 2 "
+        "(default: 1)",
     )
     common.add_checkpoint_arguments(p, "run")
     common.add_output_arguments(p, "run", "gradflow_run", FILES)

@@ -82,17 +82,16 @@ def register(subparsers) -> None:
     )
     g.add_argument(
         "--seeds",
-        type=int,
         default=None,
-        metavar="N",
         help="an ensemble: N SGD runs (data seeds 0..N-1) from the one start of "
-        "--seed, against the flow and the modified flow (docs/sgd.md, Escape times)",
+        "--seed, against the flow and the modified flow (docs/sgd.md, Escape "
+        "times; default: one run)",
     )
     g.add_argument(
         "--sde",
         action="store_true",
         help="with --seeds: also N paths of the stochastic modified equation "
-        "(gradflow.sgd_sde), compared crossing by crossing",
+        "(gradflow.sgd_sde), compared crossing by crossing (default: off)",
     )
     common.add_checkpoint_arguments(parser, "sgd")
     output = common.add_output_arguments(parser, "sgd", None, FILES)
@@ -155,6 +154,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.sde and args.seeds is None:
         raise ValueError("--sde compares an ensemble: add --seeds N")
     if args.seeds is not None:
+        try:
+            args.seeds = int(args.seeds)
+        except ValueError:
+            raise ValueError(f"--seeds must be a count, got {args.seeds!r}") from None
         if args.seeds < 2:
             raise ValueError(f"--seeds must be at least 2, got {args.seeds}")
         if args.checkpoint is not None:
