@@ -28,6 +28,8 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
             "ObservedProblem",
             "BoundedProblem",
             "StagedProblem",
+            "EnumeratedProblem",
+            "FieldProblem",
             "Analysis",
             "flow",
             "as_problem",
@@ -93,7 +95,8 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
     (
         "sgd",
         "SGD next to the flow",
-        "Finite-sample SGD logged on the flow's time axis, and the comparison.",
+        "Finite-sample SGD logged on the flow's time axis, the comparison, the "
+        "modified flows of gradient descent and the stochastic modified equation.",
         [
             "train_sgd",
             "SGDRun",
@@ -102,6 +105,11 @@ GROUPS: list[tuple[str, str, str, list[str]]] = [
             "load_sgd",
             "compare",
             "Comparison",
+            "EnsembleComparison",
+            "modified_loss",
+            "ModifiedLoss",
+            "sgd_sde",
+            "SDESolver",
         ],
     ),
     (

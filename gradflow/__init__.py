@@ -63,6 +63,8 @@ from ._problem.adapt import as_problem as as_problem  # noqa: E402
 from ._problem.base import (  # noqa: E402
     Analysis as Analysis,
     BoundedProblem as BoundedProblem,
+    EnumeratedProblem as EnumeratedProblem,
+    FieldProblem as FieldProblem,
     ObservedProblem as ObservedProblem,
     Problem as Problem,
     SampledProblem as SampledProblem,
@@ -84,12 +86,18 @@ from ._result.labelled import (  # noqa: E402
 )
 from ._result.trajectory import Trajectory as Trajectory  # noqa: E402
 from ._sgd.compare import Comparison as Comparison, compare as compare  # noqa: E402
+from ._sgd.ensemble import EnsembleComparison as EnsembleComparison  # noqa: E402
+from ._sgd.modified import (  # noqa: E402
+    ModifiedLoss as ModifiedLoss,
+    modified_loss as modified_loss,
+)
 from ._sgd.run import (  # noqa: E402
     SGDRun as SGDRun,
     SGDSettings as SGDSettings,
     SGDStats as SGDStats,
     load_sgd as load_sgd,
 )
+from ._sgd.sde import SDESolver as SDESolver, sgd_sde as sgd_sde  # noqa: E402
 from ._sgd.train import train_sgd as train_sgd  # noqa: E402
 from ._stages import (  # noqa: E402
     StageThresholds as StageThresholds,
@@ -153,8 +161,11 @@ __all__ = [
     "DEFAULT_SOLVER",
     "DEFAULT_T1",
     "default_tolerances",
+    "EnsembleComparison",
+    "EnumeratedProblem",
     "Event",
     "EventRecord",
+    "FieldProblem",
     "finite_context_loss",
     "flow",
     "FlowSettings",
@@ -176,6 +187,8 @@ __all__ = [
     "matrix_spectra",
     "Member",
     "Model",
+    "modified_loss",
+    "ModifiedLoss",
     "ObservedProblem",
     "Params",
     "population_loss",
@@ -186,11 +199,13 @@ __all__ = [
     "Run",
     "SampledProblem",
     "SaveAt",
+    "SDESolver",
     "SegmentedSolution",
     "SGD",
     "SGDRun",
     "SGDSettings",
     "SGDStats",
+    "sgd_sde",
     "solve_with_events",
     "Solver",
     "solvers",

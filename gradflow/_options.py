@@ -287,7 +287,9 @@ class SGD(eqx.Module):
 
     - `lr`: the learning rate, and the time unit: step $k$ sits at
       $t = k \cdot \text{lr}$.
-    - `batch_size`: examples per step.
+    - `batch_size`: examples per step; `None`: full-batch gradient descent
+      on the population loss (every step the exact $\nabla L$; any
+      [`gradflow.Problem`][], `docs/sgd.md`, "Modified flows").
     - `optimizer`: any Optax transformation; by default plain SGD at `lr`
       (time is still `lr * step`).
     - `num_sequences`: `None` draws fresh examples every step (online SGD); an
@@ -297,7 +299,7 @@ class SGD(eqx.Module):
     """
 
     lr: float = 0.2
-    batch_size: int = 512
+    batch_size: int | None = 512
     optimizer: Any = None
     num_sequences: int | None = None
     dtype: str = "float64"
@@ -305,14 +307,16 @@ class SGD(eqx.Module):
     def __init__(
         self,
         lr: float = 0.2,
-        batch_size: int = 512,
+        batch_size: int | None = 512,
         *,
         optimizer: optax.GradientTransformation | None = None,
         num_sequences: int | None = None,
         dtype: str = "float64",
     ):
         self.lr = check_positive_finite("lr", lr)
-        self.batch_size = check_integer("batch_size", batch_size, 1)
+        self.batch_size = (
+            None if batch_size is None else check_integer("batch_size", batch_size, 1)
+        )
         if optimizer is not None and not isinstance(
             optimizer, optax.GradientTransformation
         ):
@@ -323,6 +327,11 @@ class SGD(eqx.Module):
         self.optimizer = optimizer
         if num_sequences is not None:
             num_sequences = check_integer("num_sequences", num_sequences, 1)
+            if self.batch_size is None:
+                raise ValueError(
+                    f"num_sequences = {num_sequences} needs a batch_size: "
+                    "batch_size = None is gradient descent on the population loss"
+                )
             if num_sequences < self.batch_size:
                 raise ValueError(
                     f"num_sequences = {num_sequences} is smaller than batch_size = "

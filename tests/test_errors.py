@@ -109,6 +109,20 @@ def _sgd(**kwargs):
     )
 
 
+# A small deep linear network and its modified flow, built here (building
+# them runs JAX), not inside the counted calls.
+LIN3 = gf.problems.DeepLinear(np.eye(3), np.diag([2.0, 1.0, 0.5]), (3,))
+MOD3 = gf.modified_loss(LIN3, 0.1)
+
+
+def _sde(**kwargs):
+    """`gf.sgd_sde` of a small deep linear network, `kwargs` overriding."""
+    problem = kwargs.pop("problem", LIN3)
+    args = dict(init_scale=0.1, seeds=[0], t1=1.0, sgd=gf.SGD(0.1, 4))
+    args.update(kwargs)
+    return gf.sgd_sde(problem, run=gf.Run(progress=False), **args)
+
+
 def _never(t, p, c):
     return 0.0
 
@@ -1494,6 +1508,91 @@ CASES = [
         r"SaveAt\(motion=0\.01\) is for gradflow\.flow and integrate; "
         r"gradflow\.train_sgd saves on its grid only",
     ),
+    # ------------------------------------- modified flows, full-batch GD, sgd_sde
+    Case(
+        "modified_loss-lr",
+        lambda f: gf.modified_loss(LIN3, 0.0),
+        ValueError,
+        r"lr must be finite and > 0, got lr = 0\.0",
+    ),
+    Case(
+        "modified_loss-order",
+        lambda f: gf.modified_loss(LIN3, 0.1, order=3),
+        ValueError,
+        r"order must be one of \(0, 1, 2\), got 3",
+    ),
+    Case(
+        "SGD-full-batch-num_sequences",
+        lambda f: gf.SGD(0.1, None, num_sequences=8),
+        ValueError,
+        r"num_sequences = 8 needs a batch_size: batch_size = None is gradient descent",
+    ),
+    Case(
+        "sgd_sde-full-batch",
+        lambda f: _sde(sgd=gf.SGD(0.1, None)),
+        ValueError,
+        r"sgd\.batch_size = None is gradient descent, which has no noise",
+    ),
+    Case(
+        "sgd_sde-optimizer",
+        lambda f: _sde(sgd=gf.SGD(0.1, 4, num_sequences=8)),
+        ValueError,
+        r"gradflow\.sgd_sde models plain online SGD.*num_sequences = 8",
+    ),
+    Case(
+        "sgd_sde-seeds-empty",
+        lambda f: _sde(seeds=[]),
+        ValueError,
+        r"seeds must hold at least one seed, got an empty sequence",
+    ),
+    Case(
+        "sgd_sde-seeds-type",
+        lambda f: _sde(seeds=1.5),
+        TypeError,
+        r"seeds must be a sequence of integers, got 1\.5",
+    ),
+    Case(
+        "sgd_sde-solver-type",
+        lambda f: _sde(solver="euler"),
+        TypeError,
+        r"solver must be a gradflow\.SDESolver, got 'euler'",
+    ),
+    Case(
+        "sgd_sde-t1-short",
+        lambda f: _sde(t1=0.01),
+        ValueError,
+        r"t1 = 0\.01 is shorter than one step of the SDE, dt = 0\.05",
+    ),
+    Case(
+        "sgd_sde-not-sampled",
+        lambda f: _sde(problem=MOD3),
+        TypeError,
+        r"gradflow\.sgd_sde needs a problem that samples .* got ModifiedLoss",
+    ),
+    Case(
+        "SDESolver-samples",
+        lambda f: gf.SDESolver(samples=1),
+        ValueError,
+        r"samples must be >= 2, got samples = 1",
+    ),
+    Case(
+        "SDESolver-order",
+        lambda f: gf.SDESolver(order=2),
+        ValueError,
+        r"order must be 0 or 1, got 2",
+    ),
+    Case(
+        "SDESolver-compensate",
+        lambda f: gf.SDESolver(compensate="yes"),
+        TypeError,
+        r"compensate must be True, False or None, got 'yes'",
+    ),
+    Case(
+        "SDESolver-dt",
+        lambda f: gf.SDESolver(dt=0.0),
+        ValueError,
+        r"dt must be finite and > 0, got dt = 0\.0",
+    ),
     Case(
         "StageThresholds-saddle_growth",
         lambda f: gf.StageThresholds(saddle_growth=0.0),
@@ -1589,6 +1688,31 @@ CLI_CASES = [
         lambda f: ["report", str(f.folder), "--problem", "deep-linear"],
         r"--problem: gradflow report reads the problem from a saved run; run "
         r"`gradflow run --problem P --out DIR` first, then `gradflow report DIR`",
+    ),
+    CliCase(
+        "sgd-sde-without-seeds",
+        lambda f: ["sgd", "--sde"],
+        r"--sde compares an ensemble: add --seeds N",
+    ),
+    CliCase(
+        "sgd-seeds-one",
+        lambda f: ["sgd", "--seeds", "1"],
+        r"--seeds must be at least 2, got 1",
+    ),
+    CliCase(
+        "run-order-without-lr-correction",
+        lambda f: ["run", "--order", "2"],
+        r"--order 2 is the order of --lr-correction; add --lr-correction LR",
+    ),
+    CliCase(
+        "run-lr-correction",
+        lambda f: ["run", "--lr-correction", "-1"],
+        r"--lr-correction must be finite and > 0, got -1",
+    ),
+    CliCase(
+        "run-lr-correction-order",
+        lambda f: ["run", "--lr-correction", "0.1", "--order", "3"],
+        r"--order must be 0, 1 or 2, got 3",
     ),
     CliCase(
         "run-text-missing",

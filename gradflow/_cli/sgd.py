@@ -80,6 +80,19 @@ def register(subparsers) -> None:
         action="store_true",
         help="also integrate the flow from the same start and compare",
     )
+    g.add_argument(
+        "--seeds",
+        default=None,
+        help="an ensemble: N SGD runs (data seeds 0..N-1) from the one start of "
+        "--seed, against the flow and the modified flow (docs/sgd.md, Escape "
+        "times; default: one run)",
+    )
+    g.add_argument(
+        "--sde",
+        action="store_true",
+        help="with --seeds: also N paths of the stochastic modified equation "
+        "(gradflow.sgd_sde), compared crossing by crossing (default: off)",
+    )
     common.add_checkpoint_arguments(parser, "sgd")
     output = common.add_output_arguments(parser, "sgd", None, FILES)
     output.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -138,6 +151,18 @@ def _summary_lines(run, description: str, levels: str, summary: dict) -> list[st
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.sde and args.seeds is None:
+        raise ValueError("--sde compares an ensemble: add --seeds N")
+    if args.seeds is not None:
+        try:
+            args.seeds = int(args.seeds)
+        except ValueError:
+            raise ValueError(f"--seeds must be a count, got {args.seeds!r}") from None
+        if args.seeds < 2:
+            raise ValueError(f"--seeds must be at least 2, got {args.seeds}")
+        if args.checkpoint is not None:
+            raise ValueError("--checkpoint is for one run; drop it with --seeds")
+        args.flow = True
     if not args.flow:
         for dest in SOLVER_FLAGS:
             if getattr(args, dest) is not None:
@@ -180,6 +205,8 @@ def main(args: argparse.Namespace) -> int:
         common.check_start_and_time(args)
         sgd = _sgd(args)
         out = common.open_output(args, resuming=common.is_file(args.checkpoint))
+        if args.seeds is not None:
+            return _ensembles(args, (problem, description), choice.plugin, sgd, out)
         run = gf.train_sgd(
             problem,
             init_scale=args.init_scale,
@@ -288,4 +315,62 @@ def _compare(args, run, plugin, where: tuple[str, Output], summary: dict) -> int
             )
             out.record(*paths)
             summary["figure"] = [str(p) for p in paths]
+    return 0
+
+
+def _ensembles(args, made, plugin, sgd, out: Output) -> int:
+    """`--seeds N [--sde]`: N SGD runs from one start (and N paths of the
+    stochastic modified equation), the flow and the modified flow from that
+    start, their crossing times side by side."""
+    import jax
+    import numpy as np
+
+    import gradflow as gf
+
+    problem, description = made
+    saveat = gf.SaveAt(gf.default_save_times(args.t1, args.num_saves), stages=False)
+    quiet = gf.Run(progress=not args.no_progress)
+    start = problem.init(jax.random.key(args.seed), args.init_scale)
+    start = jax.tree.map(lambda x: np.asarray(x, np.float64), start)
+    runs = [
+        gf.train_sgd(
+            problem, start, seed=s, t1=args.t1, sgd=sgd, saveat=saveat, run=quiet
+        )  # fmt: skip
+        for s in range(args.seeds)
+    ]
+    sde = None
+    if args.sde:
+        sde = gf.sgd_sde(problem, start, seeds=range(args.seeds), t1=args.t1,
+                         sgd=sgd, saveat=saveat, run=quiet)  # fmt: skip
+    flow_problem = getattr(plugin, "flow_problem", lambda p: p)(problem)
+    extra = {} if args.max_steps is None else {"max_steps": args.max_steps}
+    traj = gf.flow(
+        flow_problem, params=start, t1=float(runs[0].ts[-1]),
+        saveat=gf.SaveAt(runs[0].ts), run=quiet,
+        solver=gf.Solver(args.solver, rtol=args.rtol, atol=args.atol, **extra),
+    )  # fmt: skip
+    cmp = gf.compare(traj, runs, sde=sde, modified=True)
+    assert isinstance(cmp, gf.EnsembleComparison)
+    table = cmp.table()
+    summary = {"problem": description, "ensembles": cmp.summary()}
+    if out.folder is not None:
+        for s, run in zip(range(args.seeds), runs, strict=True):
+            run.save(out.path(f"sgd_run_{s}.npz"))
+        if sde is not None:
+            sde.save(out.path("sde.npz"))
+        traj.save(out.path("trajectory.npz"))
+        out.path("escapes.md").write_text(table + "\n")
+        if not args.no_figures:
+            formats = ("png", "pdf") if args.pdf else ("png",)
+            out.record(*cmp.save_figure(out.root / "compare", title=description,
+                                        formats=formats))  # fmt: skip
+    out.finish()
+    if args.json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        print(f"{args.seeds} SGD runs" + (" and SDE paths" if sde else "")
+              + f" of {description}, batch {sgd.batch_size}, lr {sgd.lr:g}, one start")  # fmt: skip
+        print(table)
+        if out.folder is not None:
+            print(f"wrote {out.names()} to {out.root}/")
     return 0

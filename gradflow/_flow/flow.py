@@ -37,7 +37,7 @@ from .._loop.loop import (
 )
 from .._loop.resume import collapsed
 from .._options import Run, SaveAt, Solver
-from .._problem.base import Problem, StagedProblem
+from .._problem.base import FieldProblem, Problem, StagedProblem
 from .._problem.curvature import start_speed
 from .._problem.files import configuration, fingerprint
 from .._problem.functions import analyse, problem_loss_scale, speed_floor
@@ -63,7 +63,9 @@ CHECKPOINT_LAYOUT = "loop-state-5"
 
 
 class GradientFlow(eqx.Module):
-    r"""The vector field $f(t, \theta; \text{problem}) = -\nabla_\theta L(\theta)$.
+    r"""The vector field $f(t, \theta; \text{problem}) = -\nabla_\theta L(\theta)$,
+    or a [`gradflow.FieldProblem`][]'s own `vector_field` (chosen when the
+    solve is traced, by the problem's class).
 
     The problem is passed as Diffrax `args` (data, not a closure), so solving a
     new problem of the same class and shapes reuses the compiled solve.
@@ -71,6 +73,8 @@ class GradientFlow(eqx.Module):
 
     def __call__(self, t, y: PyTree, args: Problem) -> PyTree:
         del t
+        if isinstance(args, FieldProblem):
+            return args.vector_field(y)
         grad = jax.grad(args.loss)(y)
         return jax.tree.map(jnp.negative, grad)
 

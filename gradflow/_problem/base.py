@@ -10,7 +10,12 @@ them; it overrides nothing else. A problem mixes in the capabilities it has:
 - [`gradflow.SampledProblem`][]: `sample` and `sample_loss` (SGD);
 - [`gradflow.ObservedProblem`][]: `observe` (arrays saved along a run);
 - [`gradflow.BoundedProblem`][]: `loss_floor` (the infimum of the loss);
-- [`gradflow.StagedProblem`][]: its own stages (`loss_scale`, `analyse`).
+- [`gradflow.StagedProblem`][]: its own stages (`loss_scale`, `analyse`);
+- [`gradflow.EnumeratedProblem`][]: its whole sample space, weighted
+  (`example_weights`, `example_losses`: the exact gradient noise of
+  [`gradflow.sgd_sde`][]);
+- [`gradflow.FieldProblem`][]: its own vector field (`vector_field`), followed
+  instead of $-\nabla L$ (a modified flow, [`gradflow.modified_loss`][]).
 
 Everything else the engine does with a problem (checking a given start,
 casting to a dtype, describing it, saving it to a file) is an engine function
@@ -101,6 +106,30 @@ class SampledProblem(Problem):
         """The loss of a batch drawn by `sample`."""
 
 
+class EnumeratedProblem(Problem):
+    r"""A problem whose loss is a finite weighted sum over its sample space,
+    $L(\theta) = \sum_k w_k \ell_k(\theta)$ ($w_k \ge 0$, $\sum_k w_k = 1$):
+    one example is $k$ with probability $w_k$. The covariance of one
+    example's gradient, $\Sigma = \sum_k w_k (\nabla\ell_k - \nabla
+    L)(\nabla\ell_k - \nabla L)^\top$, is then exact
+    ([`gradflow.sgd_sde`][], `docs/sgd.md`, "The stochastic modified
+    equation"); the paper's model gives its infinite-context limit.
+
+    **Abstract methods:**
+
+    - `example_weights() -> Float[Array, " K"]`: $w_k$;
+    - `example_losses(params) -> Float[Array, " K"]`: $\ell_k(\theta)$.
+    """
+
+    @abc.abstractmethod
+    def example_weights(self) -> Array:
+        """The probability of each example of the sample space."""
+
+    @abc.abstractmethod
+    def example_losses(self, params: PyTree) -> Array:
+        """The loss of each example of the sample space, at one point."""
+
+
 class ObservedProblem(Problem):
     """A problem with observables: arrays computed from one point and saved
     at every save time of a run (`traj.extras`), which figures and stages
@@ -132,6 +161,26 @@ class BoundedProblem(Problem):
     @abc.abstractmethod
     def loss_floor(self) -> float | None:
         """The infimum of the loss, or `None` where it is not known."""
+
+
+class FieldProblem(Problem):
+    r"""A problem whose flow follows a vector field of its own instead of
+    $-\nabla L$: $\dot\theta = f(\theta)$, while `loss` stays what is
+    saved, watched and reported along the run (the metric). A modified flow
+    of gradient descent ([`gradflow.modified_loss`][], `docs/sgd.md`) is one:
+    at order 2 its field is not the gradient of any loss.
+
+    The engine solves $\dot\theta = f(\theta)$ with the same solvers,
+    saves and events as a gradient flow; a problem that is not a
+    `FieldProblem` keeps $f = -\nabla L$, bit for bit.
+
+    **Abstract method:** `vector_field(params) -> PyTree` ($f$ at one point,
+    of the structure of `params`).
+    """
+
+    @abc.abstractmethod
+    def vector_field(self, params: PyTree) -> PyTree:
+        """The flow's vector field at one point."""
 
 
 class Analysis(eqx.Module):
@@ -186,6 +235,8 @@ class StagedProblem(ObservedProblem):
 __all__ = [
     "Analysis",
     "BoundedProblem",
+    "EnumeratedProblem",
+    "FieldProblem",
     "ObservedProblem",
     "Problem",
     "SampledProblem",

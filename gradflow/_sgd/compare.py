@@ -93,7 +93,9 @@ class Comparison(eqx.Module):
       way from the initial loss down to the level the first drop reaches (see
       [`gradflow.compare`][]); `flow_crossings`,
       `sgd_crossings`: first times each level is reached; `crossing_rel_error`
-      $= |t_\text{SGD} - t_\text{flow}| / t_\text{flow}$.
+      $= |t_\text{SGD} - t_\text{flow}| / t_\text{flow}$;
+      `modified_crossings`: the order-1 modified flow's (with `modified=`;
+      `nan` otherwise).
     - `drop_end`: the flow's crossing of the deepest level (`nan` if it is not
       reached, and then so are the statistics after it); over
       `ts >= drop_end`: `mean_abs_gap_after`, the mean of $|$`loss_gap`$|$ over
@@ -137,6 +139,7 @@ class Comparison(eqx.Module):
     drop_rel_error: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
     reference_levels: dict[str, tuple[str, float]] = eqx.field(default_factory=dict)
     flow_stages: tuple = ()
+    modified_crossings: np.ndarray = eqx.field(default_factory=lambda: np.zeros(0))
 
     def summary(self) -> dict[str, Any]:
         """The scalar results, JSON-ready."""
@@ -144,6 +147,7 @@ class Comparison(eqx.Module):
             "levels": [float(x) for x in self.levels],
             "flow_crossings": [float(x) for x in self.flow_crossings],
             "sgd_crossings": [float(x) for x in self.sgd_crossings],
+            "modified_crossings": [float(x) for x in self.modified_crossings],
             "max_crossing_rel_error": float(np.nanmax(self.crossing_rel_error))
             if np.isfinite(self.crossing_rel_error).any()
             else math.nan,
@@ -274,14 +278,66 @@ def first_drop_target(traj, levels: dict[str, tuple[str, float]]) -> float:
     return final
 
 
+def modified_flow(traj: Trajectory, lr: float) -> Trajectory:
+    """The order-1 modified flow of GD at `lr` ([`gradflow.modified_loss`][])
+    from `traj`'s start, saved at `traj.ts`."""
+    from .._flow.flow import flow
+    from .._options import Run, SaveAt
+    from .modified import modified_loss
+
+    if traj.problem is None:
+        raise ValueError("modified=True needs the flow's problem; traj.problem is None")
+    start = jax.tree.map(lambda x: np.asarray(x)[0], traj.params)
+    return flow(
+        modified_loss(traj.problem, lr), params=start, t1=float(traj.ts[-1]),
+        saveat=SaveAt(ts=np.asarray(traj.ts), stages=False), run=Run(progress=False),
+    )  # fmt: skip
+
+
+def _lr_of(run) -> float:
+    lr = getattr(getattr(run, "settings", None), "lr", None)
+    if lr is None:
+        raise ValueError(
+            "modified=True needs the run's learning rate (run.settings.lr); pass "
+            f"the modified flow's trajectory as modified= instead, got {type(run).__name__}"
+        )
+    return float(lr)
+
+
+def _ensembles(traj, run, sde, modified, fractions):
+    """`compare` of an ensemble (`docs/sgd.md`, "Escape times")."""
+    from .ensemble import compare_ensembles
+
+    runs = list(run)
+    if modified is True:
+        modified = modified_flow(traj, _lr_of(runs[0]) if runs else 0.0)
+    return compare_ensembles(
+        traj, runs, sde, modified=modified or None, fractions=fractions
+    )
+
+
+def _modified_crossings(traj, run, modified, levels) -> np.ndarray:
+    """The modified flow's crossings of `levels` (`nan` without one)."""
+    if modified is True:
+        modified = modified_flow(traj, _lr_of(run))
+    if modified is False or modified is None:
+        return np.full(len(levels), math.nan)
+    mts, ml = np.asarray(modified.ts, float), np.asarray(modified.loss, float)
+    return np.array([crossing_time(mts, ml, lv) for lv in levels])
+
+
 def compare(
     traj: Trajectory,
     run,
     *,
     fractions: tuple[float, ...] = DEFAULT_LEVELS,
     labels: tuple[str, str] = ("flow", "SGD"),
-) -> Comparison:
-    r"""Distances between a flow and an SGD run on their shared time axis.
+    sde=None,
+    modified: Any = False,
+):
+    r"""Distances between a flow and an SGD run on their shared time axis; or,
+    given several runs, their crossing times against the stochastic modified
+    equation's.
 
     **Arguments:**
 
@@ -295,14 +351,32 @@ def compare(
       the problem's reference levels below the start (the paper's model:
       $H(\pi)$), else where the flow enters its first plateau.
     - `labels`: legend names of the two curves.
+    - `modified`: `True` to integrate the order-1 modified flow of GD at the
+      run's `lr` ([`gradflow.modified_loss`][]) from the flow's start, or its
+      [`gradflow.Trajectory`][]; its crossings are reported beside the flow's
+      (`modified_crossings`).
+    - `sde`: with `run` a sequence of SGD runs from one start (or a
+      [`gradflow.Sweep`][]): a [`gradflow.sgd_sde`][] ensemble to compare
+      them with (`docs/sgd.md`, "Escape times").
 
     **Returns:** a [`gradflow.Comparison`][]; `.summary()` for the numbers,
-    `.save_figure(path)` for the overlay.
+    `.save_figure(path)` for the overlay. With `run` a sequence of runs, a
+    [`gradflow.EnsembleComparison`][]: each crossing time's mean and
+    standard deviation over the SGD runs and over the SDE's members, side by
+    side, the flow's and the modified flow's beside them; `.table()`,
+    `.summary()`, `.save_figure(path)`.
 
     **Raises:** `ValueError` when the parameters differ in structure or
     shapes (another model, or another size), the time ranges do not overlap,
     or a fraction is outside `(0, 1)`.
     """
+    if isinstance(run, (list, tuple)) or type(run).__name__ == "Sweep":
+        return _ensembles(traj, run, sde, modified, fractions)
+    if sde is not None:
+        raise ValueError(
+            "sde= compares an ensemble: give run as a sequence of SGD runs from one "
+            f"start, got one {type(run).__name__}"
+        )
     for name, obj in (("traj", traj), ("run", run)):
         for field in ("ts", "loss", "params"):
             if not hasattr(obj, field):
@@ -377,6 +451,7 @@ def compare(
         drop_rel = np.abs(drop_sc - drop_fc) / drop_fc
     drop_rel = np.where(np.isfinite(drop_fc) & ~np.isfinite(drop_sc), np.inf, drop_rel)
 
+    mod_c = _modified_crossings(traj, run, modified, levels)
     flow_stages = _stage_times(getattr(traj, "stages", ()))
     sgd_stages = _stage_times(getattr(run, "stages", ()))
     stage_diffs = {
@@ -406,12 +481,14 @@ def compare(
         drop_flow_crossings=drop_fc.reshape(-1),
         drop_sgd_crossings=drop_sc.reshape(-1),
         drop_rel_error=drop_rel.reshape(-1),
+        modified_crossings=mod_c,
     )
 
 
 __all__ = [
     "Comparison",
     "compare",
+    "modified_flow",
     "crossing_time",
     "drop_bounds",
     "first_drop_target",

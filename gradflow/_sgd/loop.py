@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
-from .._problem.base import SampledProblem
+from .._problem.base import Problem, SampledProblem
 
 
 # Steps run inside one compiled call between looks of the host (progress,
@@ -49,7 +49,24 @@ class FixedData(eqx.Module):
         return self.problem.sample_loss(params, batch)
 
 
-def sgd_step(params, opt_state, key, *, source, optimizer, batch_size: int):
+class Population(eqx.Module):
+    r"""The population loss as a source of batches: full-batch gradient
+    descent (`SGD(batch_size=None)`). Its "batch" is empty and its loss is
+    the problem's population loss, so a step is $\theta - \text{lr}\,
+    \nabla L(\theta)$ for any [`gradflow.Problem`][]."""
+
+    problem: Problem
+
+    def sample(self, key: PRNGKeyArray, n) -> Array:
+        del key, n
+        return jnp.zeros(0)
+
+    def sample_loss(self, params, batch) -> Array:
+        del batch
+        return self.problem.loss(params)
+
+
+def sgd_step(params, opt_state, key, *, source, optimizer, batch_size: int | None):
     """One step: draw a batch from `source` (a problem, or a `FixedData`),
     take the gradient of its loss, apply the optimizer. Returns
     `(params, opt_state, batch_loss)`."""
@@ -105,7 +122,14 @@ def _finite(tree) -> Array:
 
 @eqx.filter_jit
 def sgd_chunk(
-    state: SGDState, steps, key, *, source, optimizer, batch_size: int, chunk: int
+    state: SGDState,
+    steps,
+    key,
+    *,
+    source,
+    optimizer,
+    batch_size: int | None,
+    chunk: int,
 ):
     """Advances `state` by at most `chunk` steps, up to the next save step
     (`steps[state.num_saved]`), recording the iterate there (or failing)."""
@@ -180,6 +204,7 @@ class SGDJob(Job):
 __all__ = [
     "CHUNK",
     "FixedData",
+    "Population",
     "SGDJob",
     "SGDState",
     "init_sgd_state",

@@ -18,13 +18,13 @@ from .._result.files import build_result, read_result, register_reader
 @dataclasses.dataclass(frozen=True)
 class SGDSettings(Record):
     """How an SGD run was made: `init_scale` (`None` for a given start),
-    `seed`, `batch_size`, `lr`, `t1`, `num_sequences` (`None`: fresh examples
+    `seed`, `batch_size` (`None`: full-batch gradient descent), `lr`, `t1`, `num_sequences` (`None`: fresh examples
     every step), `optimizer` (its repr; `"sgd"` for the default), `dtype`,
     `num_saves`."""
 
     init_scale: float | None = None
     seed: int = 0
-    batch_size: int = 0
+    batch_size: int | None = 0
     lr: float = 0.0
     t1: float = 0.0
     num_sequences: int | None = None

@@ -33,10 +33,16 @@ from .._options import SGD, Run, SaveAt, as_run, as_saveat, as_sgd
 from .._problem.adapt import as_problem
 from .._problem.base import Problem, SampledProblem
 from .._problem.files import configuration, fingerprint as problem_fingerprint
-from .._problem.functions import analyse, astype, check_sampled, problem_loss_scale
+from .._problem.functions import (
+    analyse,
+    astype,
+    check_problem,
+    check_sampled,
+    problem_loss_scale,
+)
 from .._result.codes import RESULTS
 from .checkpoint import fingerprint, optimizer_repr
-from .loop import CHUNK, FixedData, SGDJob, SGDState, init_sgd_state
+from .loop import CHUNK, FixedData, Population, SGDJob, SGDState, init_sgd_state
 from .run import SGDRun, SGDSettings, SGDStats
 
 
@@ -70,8 +76,8 @@ def sgd_save_steps(ts, lr: float, t1: float) -> np.ndarray:
 class _Setup(eqx.Module):
     """Everything `train_sgd` checked and derived, before anything is compiled."""
 
-    problem: SampledProblem
-    problem_dt: SampledProblem
+    problem: Problem
+    problem_dt: Problem
     params0: Any
     steps: np.ndarray
     settings: SGDSettings
@@ -94,12 +100,16 @@ def _prepare(problem, params, *, init_scale, seed, t1, sgd, saveat, run, options
     start_time = time.perf_counter()
     sgd, run = as_sgd(sgd), as_run(run)
     saveat = as_saveat(saveat, entry="gradflow.train_sgd")
-    problem = check_sampled(as_problem(problem, params=params, **options))
+    problem = as_problem(problem, params=params, **options)
+    # full-batch gradient descent needs only the population loss
+    problem = (
+        check_problem(problem) if sgd.batch_size is None else check_sampled(problem)
+    )
     jdtype = check_dtype(sgd.dtype)
     t1 = check_positive_finite("t1", t1)
     seed = check_seed(seed)
     steps = sgd_save_steps(saveat.ts, sgd.lr, t1)
-    problem_dt = cast(SampledProblem, astype(problem, jdtype))
+    problem_dt = astype(problem, jdtype)
     params0, init_scale = initial_point(
         problem_dt, init_scale=init_scale, params=params, seed=seed, dtype=jdtype
     )
@@ -165,7 +175,7 @@ def _draw(problem, key, n: int):
 
 
 @eqx.filter_jit
-def _first_batch_loss(source, params, key, batch_size: int):
+def _first_batch_loss(source, params, key, batch_size: int | None):
     return source.sample_loss(params, source.sample(key, batch_size))
 
 
@@ -203,11 +213,15 @@ def population_observables(problem: Problem, params) -> tuple[np.ndarray, np.nda
 
 def _source(setup: _Setup, num_sequences):
     """Fresh examples of the problem, or with `num_sequences` a fixed dataset
-    of that many drawn once with the sample key."""
+    of that many drawn once with the sample key, or (`batch_size=None`) the
+    population loss itself."""
+    if setup.sgd.batch_size is None:
+        return Population(setup.problem_dt)
     if num_sequences is None:
         return setup.problem_dt
-    data = _draw(setup.problem_dt, setup.sample_key, num_sequences)
-    return FixedData(setup.problem_dt, data)
+    sampled = cast(SampledProblem, setup.problem_dt)  # (checked by _prepare)
+    data = _draw(sampled, setup.sample_key, num_sequences)
+    return FixedData(sampled, data)
 
 
 def _failure(state: SGDState, lr: float) -> str:
@@ -375,7 +389,8 @@ def train_sgd(
     **Arguments:**
 
     - `problem`: a [`gradflow.SampledProblem`][] (it draws its own examples
-      and gives the loss of a batch); or anything [`gradflow.as_problem`][]
+      and gives the loss of a batch; with `SGD(batch_size=None)`, full-batch
+      gradient descent on the population loss, any [`gradflow.Problem`][]); or anything [`gradflow.as_problem`][]
       turns into one with `problem_options`: a [`gradflow.MarkovChain`][]
       (the paper's finite-context model on sequences of `context + 1`
       tokens, $x_1 \sim \pi$, then $P$) or a [`gradflow.text.TokenStream`][]

@@ -18,7 +18,13 @@ from jaxtyping import Array, Int
 from .._core.errors import show
 from .._core.validate import check_integer, check_problem_of
 from .._problem.adapt import as_problem
-from .._problem.base import Analysis, BoundedProblem, SampledProblem, StagedProblem
+from .._problem.base import (
+    Analysis,
+    BoundedProblem,
+    EnumeratedProblem,
+    SampledProblem,
+    StagedProblem,
+)
 from .._problem.files import register_legacy_problem
 from .._problem.functions import astype, loss_levels, observe_saves, params_dtype
 from .._result.labelled import ArrayNames, array_names
@@ -31,6 +37,7 @@ from .model import (
     check_point,
     draw_params,
     model_of,
+    population_logits,
     population_loss,
 )
 from .samplers import ChainSampler, WindowSampler
@@ -58,7 +65,7 @@ def check_chain(chain, name: str = "chain") -> MarkovChain:
 _attention_many = eqx.filter_jit(jax.vmap(attention_summary, in_axes=(0, None)))
 
 
-class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem):
+class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem, EnumeratedProblem):
     r"""The paper's model on a Markov chain: the population cross-entropy of
     `docs/model.md` (and of the variants of `docs/variants.md`) as a
     [`gradflow.Problem`][].
@@ -146,6 +153,21 @@ class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem):
     def sample_loss(self, params: AnyParams, batch) -> Array:
         """The finite-context loss of a batch of sequences (`docs/model.md`)."""
         return batch_loss(params, batch)
+
+    def example_weights(self) -> Array:
+        r"""$\pi_i P_{iy}$, in the order of `example_losses`: the sample space
+        of one example in the infinite-context limit (a query token $i$ and
+        the next token $y$; `docs/sgd.md`, "The stochastic modified
+        equation")."""
+        return (self.chain.pi[:, None] * self.chain.P).reshape(-1)
+
+    def example_losses(self, params: AnyParams) -> Array:
+        r"""$\ell_{iy} = \operatorname{logsumexp}_{y'} Z_{y'i} - Z_{yi}$ for
+        every query $i$ and next token $y$ (row-major in $(i, y)$), with the
+        population logits $Z$: $\sum_{iy} \pi_i P_{iy} \ell_{iy}$ is the
+        population loss (the dense form)."""
+        Z = population_logits(params, self.chain)
+        return (jax.nn.logsumexp(Z, axis=0)[:, None] - Z.T).reshape(-1)
 
     def observe(self, params: AnyParams) -> dict[str, Array]:
         """The observables of [`gradflow.markov.observe`][] (what the paper's stages
