@@ -168,3 +168,73 @@ def test_known_pi_is_checked():
         gf.MarkovChain(P, pi=[0.5, 0.5])
     chain = gf.MarkovChain(P, pi=[5 / 6, 1 / 6])
     np.testing.assert_allclose(chain.pi, gf.MarkovChain(P).pi, rtol=1e-14)
+
+
+def _reference_verdict(A: np.ndarray) -> str:
+    """Irreducible and aperiodic from powers of the adjacency matrix (small d):
+    every token reaches every other in under d steps, and the period is the gcd
+    of the lengths n <= 3d of the cycles through token 0."""
+    d = A.shape[0]
+    reach = np.linalg.matrix_power(np.eye(d, dtype=np.int64) + A, d - 1) > 0
+    if not reach.all():
+        return "reducible"
+    power, period = np.eye(d, dtype=np.int64), 0
+    for n in range(1, 3 * d + 1):
+        power = np.minimum(power @ A, 1)
+        if power[0, 0]:
+            period = np.gcd(period, n)
+    return "ok" if period == 1 else f"period {period}"
+
+
+@pytest.mark.parametrize("block_entries", [1, 7, 1 << 22])
+def test_validation_by_blocks_of_rows(monkeypatch, block_entries):
+    # the checks read P a block of rows at a time (O(d) memory beyond P): with
+    # blocks of one row, a few rows and the whole matrix they give the verdict
+    # of matrix powers on random sparse graphs, and the same messages
+    import gradflow.markov.chain as chain_module
+
+    monkeypatch.setattr(chain_module, "_BLOCK_ENTRIES", block_entries)
+    rng = np.random.default_rng(0)
+    verdicts = set()
+    for _ in range(120):
+        d = int(rng.integers(2, 8))
+        A = (rng.random((d, d)) < rng.uniform(0.15, 0.5)).astype(np.int64)
+        if rng.random() < 0.5:
+            np.fill_diagonal(A, 0)
+        A[A.sum(axis=1) == 0, 0] = 1
+        P = A / A.sum(axis=1, keepdims=True)
+        expected = _reference_verdict(A)
+        verdicts.add(expected.split()[0])
+        if expected == "ok":
+            gf.MarkovChain(P)
+        else:
+            with pytest.raises(ValueError, match=expected):
+                gf.MarkovChain(P)
+    assert verdicts == {"ok", "reducible", "period"}
+    P = np.full((5, 5), 0.2)
+    P[3, 1], P[4, 2], P[4, 4] = np.nan, -0.1, 0.3
+    with pytest.raises(ValueError, match=r"P\[3, 1\] = nan \(1 non-finite"):
+        gf.MarkovChain(P)
+    P[3, 1] = 0.2
+    with pytest.raises(ValueError, match=r"P\[4, 2\] = -0.1 \(1 negative"):
+        gf.MarkovChain(P)
+
+
+def test_chain_from_a_sparse_matrix():
+    # a SciPy sparse matrix (bigram counts are mostly zeros) gives the chain of
+    # its dense form, and the chain keeps its own copy of P
+    sparse = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(1)
+    counts = sparse.random(40, 40, density=0.1, random_state=rng) + sparse.eye(40)
+    counts = sparse.csr_matrix(counts + sparse.eye(40, k=1) + sparse.eye(40, k=-39))
+    P = counts.multiply(1.0 / counts.sum(axis=1)).tocsr()
+    dense = gf.MarkovChain(P.toarray())
+    chain = gf.MarkovChain(P)
+    np.testing.assert_array_equal(chain.P, dense.P)
+    np.testing.assert_array_equal(chain.pi, dense.pi)
+    with pytest.raises(ValueError, match="row 0 of transition matrix P sums to"):
+        gf.MarkovChain(counts)
+    owned = P.toarray()
+    chain = gf.MarkovChain(owned)
+    owned[0, 0] += 1.0
+    assert float(chain.P[0, 0]) == float(P[0, 0])
