@@ -120,10 +120,16 @@ __all__ = ["jnp", "random_params", "tree_allclose"]
 _COMPILES = {"compilations": 0, "seconds": 0.0, "cache_hits": 0}
 
 
-def _on_duration(event: str, duration: float, **_) -> None:
+_BY_FUNCTION: dict[str, list] = {}  # name: [compilations, seconds]
+
+
+def _on_duration(event: str, duration: float, fun_name: str = "?", **_) -> None:
     if event == "/jax/core/compile/backend_compile_duration":
         _COMPILES["compilations"] += 1
         _COMPILES["seconds"] += duration
+        tally = _BY_FUNCTION.setdefault(fun_name, [0, 0.0])
+        tally[0] += 1
+        tally[1] += duration
 
 
 def _on_event(event: str, **_) -> None:
@@ -139,6 +145,7 @@ def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: report to the controller
         workeroutput["gradflow_compiles"] = dict(_COMPILES)
+        workeroutput["gradflow_compiles_by_function"] = dict(_BY_FUNCTION)
 
 
 def pytest_testnodedown(node, error):
@@ -146,6 +153,13 @@ def pytest_testnodedown(node, error):
         getattr(node, "workeroutput", {}).get("gradflow_compiles", {}).items()
     ):
         _COMPILES[key] += value
+    by_function = getattr(node, "workeroutput", {}).get(
+        "gradflow_compiles_by_function", {}
+    )
+    for name, (count, seconds) in by_function.items():
+        tally = _BY_FUNCTION.setdefault(name, [0, 0.0])
+        tally[0] += count
+        tally[1] += seconds
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -155,3 +169,8 @@ def pytest_terminal_summary(terminalreporter):
         f"{_COMPILES['cache_hits']} loads from the persistent cache), "
         f"load {os.getloadavg()[0]:.1f}"
     )
+    # GRADFLOW_TEST_COMPILES=N: the N functions that took the most compiling
+    top = int(os.environ.get("GRADFLOW_TEST_COMPILES", "0"))
+    ranked = sorted(_BY_FUNCTION.items(), key=lambda kv: -kv[1][1])[:top]
+    for name, (count, seconds) in ranked:
+        terminalreporter.write_line(f"  {seconds:7.1f} s {count:5d} x {name}")

@@ -186,14 +186,9 @@ def _reference_verdict(A: np.ndarray) -> str:
     return "ok" if period == 1 else f"period {period}"
 
 
-@pytest.mark.parametrize("block_entries", [1, 7, 1 << 22])
-def test_validation_by_blocks_of_rows(monkeypatch, block_entries):
-    # the checks read P a block of rows at a time (O(d) memory beyond P): with
-    # blocks of one row, a few rows and the whole matrix they give the verdict
-    # of matrix powers on random sparse graphs, and the same messages
-    import gradflow.markov.chain as chain_module
-
-    monkeypatch.setattr(chain_module, "_BLOCK_ENTRIES", block_entries)
+def test_irreducible_and_aperiodic_as_matrix_powers_say():
+    # the breadth-first checks give the verdict of matrix powers on random
+    # sparse graphs (with and without self-loops)
     rng = np.random.default_rng(0)
     verdicts = set()
     for _ in range(120):
@@ -211,12 +206,33 @@ def test_validation_by_blocks_of_rows(monkeypatch, block_entries):
             with pytest.raises(ValueError, match=expected):
                 gf.MarkovChain(P)
     assert verdicts == {"ok", "reducible", "period"}
-    P = np.full((5, 5), 0.2)
-    P[3, 1], P[4, 2], P[4, 4] = np.nan, -0.1, 0.3
-    with pytest.raises(ValueError, match=r"P\[3, 1\] = nan \(1 non-finite"):
+
+
+def test_checks_of_a_chain_larger_than_one_block():
+    # d = 3000: P is checked 1398 rows at a time (2^22 entries), so each
+    # check runs over three blocks; the verdicts and messages are the same
+    d = 3000
+    rows = np.arange(d)
+    P = np.zeros((d, d))
+    P[rows, (rows + 1) % d] = P[rows, (rows + 3) % d] = 0.5  # walks of even length
+    with pytest.raises(ValueError, match="periodic with period 2"):
         gf.MarkovChain(P)
-    P[3, 1] = 0.2
-    with pytest.raises(ValueError, match=r"P\[4, 2\] = -0.1 \(1 negative"):
+    half = d // 2
+    P = np.zeros((d, d))
+    P[rows, rows] = 0.5
+    P[rows, (rows + 1) % half + (rows >= half) * half] = 0.5  # two cycles
+    with pytest.raises(ValueError, match=r"2 communicating classes: \{0, 1, 2, "):
+        gf.MarkovChain(P)
+    P = np.full((d, d), 1.0 / d)
+    P[2500, 7], P[2999, 1] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"P\[2500, 7\] = nan \(2 non-finite"):
+        gf.MarkovChain(P)
+    P[2500, 7], P[2999, 1], P[1400, 2] = 1.0 / d, 1.0 / d, -1e-3
+    with pytest.raises(ValueError, match=r"P\[1400, 2\] = -0.001 \(1 negative"):
+        gf.MarkovChain(P)
+    P[1400, 2] = 1.0 / d
+    P[2999, 0] += 1e-6
+    with pytest.raises(ValueError, match="row 2999 of transition matrix P sums to"):
         gf.MarkovChain(P)
 
 

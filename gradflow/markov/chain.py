@@ -3,6 +3,7 @@
 import math
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
     try:
         # a SciPy sparse matrix (a bigram count table is mostly zeros) becomes
         # a dense array of gradflow's own: the loss reads P densely
-        array = P.toarray() if sparse else np.asarray(P)
+        array = cast(Any, P).toarray() if sparse else np.asarray(P)
     except Exception as e:  # ragged lists and the like
         raise ValueError(
             f"transition matrix P could not be read as an array: {e}"
@@ -94,17 +95,20 @@ def _is_sparse(P) -> bool:
 _BLOCK_ENTRIES = 1 << 22
 
 
-def _row_blocks(d: int, rows: np.ndarray | None = None):
-    """Consecutive blocks of `rows` (all rows by default), each at most
-    `_BLOCK_ENTRIES` entries of a row of length d."""
+def _row_slices(d: int):
+    """Consecutive blocks of the rows of a d x d matrix, each at most
+    `_BLOCK_ENTRIES` entries."""
     step = max(1, _BLOCK_ENTRIES // d)
-    n = d if rows is None else rows.size
-    for start in range(0, n, step):
-        yield (
-            slice(start, min(start + step, n))
-            if rows is None
-            else rows[start : start + step]
-        )
+    for start in range(0, d, step):
+        yield slice(start, min(start + step, d))
+
+
+def _chunks(rows: np.ndarray, length: int):
+    """Consecutive pieces of the row indices `rows`, each at most
+    `_BLOCK_ENTRIES` entries of rows of `length` entries."""
+    step = max(1, _BLOCK_ENTRIES // length)
+    for start in range(0, rows.size, step):
+        yield rows[start : start + step]
 
 
 def _reachable(P: np.ndarray, start: int, reverse: bool = False) -> np.ndarray:
@@ -122,10 +126,10 @@ def _reachable(P: np.ndarray, start: int, reverse: bool = False) -> np.ndarray:
         reached = np.zeros(d, dtype=bool)
         if reverse:
             unseen = np.flatnonzero(level < 0)
-            for rows in _row_blocks(max(frontier.size, 1), unseen):
+            for rows in _chunks(unseen, frontier.size):
                 reached[rows] = (P[np.ix_(rows, frontier)] > 0).any(axis=1)
         else:
-            for rows in _row_blocks(d, frontier):
+            for rows in _chunks(frontier, d):
                 reached |= (P[rows] > 0).any(axis=0)
         reached &= level < 0
         level[reached] = depth
@@ -192,7 +196,7 @@ def _period(P: np.ndarray, level: np.ndarray) -> int:
     if (np.diagonal(P) > 0).any():
         return 1
     period = 0
-    for rows in _row_blocks(P.shape[0]):
+    for rows in _row_slices(P.shape[0]):
         steps = np.abs(level[rows, None] + 1 - level[None, :])
         # gcd(0, g) = g: the entries that are not edges leave the gcd as it is
         period = int(
@@ -237,7 +241,7 @@ def _first_and_count(masks) -> tuple[tuple[int, int] | None, int]:
 def _validate_transition(P: ArrayLikeMatrix, atol: float) -> np.ndarray:
     array = _as_matrix(P)
     d = array.shape[0]
-    blocks = [(b.start, array[b]) for b in _row_blocks(d)]
+    blocks = [(b.start, array[b]) for b in _row_slices(d)]
     first, count = _first_and_count((s, ~np.isfinite(x)) for s, x in blocks)
     if first is not None:
         i, j = first
