@@ -213,7 +213,7 @@ def _write_mp4(encoder, path: Path, images, fps: int) -> None:
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     command = [
         encoder.get_ffmpeg_exe(), "-y", "-loglevel", "error",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(fps),
+        "-f", "rawvideo", "-pix_fmt", "rgba", "-s", f"{w}x{h}", "-r", str(fps),
         "-i", "-", "-an", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-crf", "23",
         "-movflags", "+faststart", "-f", "mp4", str(tmp),
     ]  # fmt: skip
@@ -223,7 +223,7 @@ def _write_mp4(encoder, path: Path, images, fps: int) -> None:
         ) as p:
             assert p.stdin is not None
             for image in images:
-                p.stdin.write(np.ascontiguousarray(image).tobytes())
+                p.stdin.write(np.ascontiguousarray(image).data)
             _, err = p.communicate()
         if p.returncode != 0:
             raise RuntimeError(
@@ -241,9 +241,9 @@ def _write_gif(path: Path, images, fps: int) -> None:
     # one palette for the whole film (the first frame's adaptive palette
     # would miss colours that come later): from a strip of frames
     picks = images[:: max(1, len(images) // 8)]
-    strip = Image.fromarray(np.concatenate(picks, axis=0))
+    strip = Image.fromarray(np.concatenate(picks, axis=0)).convert("RGB")
     palette = strip.quantize(colors=255, method=Image.Quantize.MEDIANCUT)
-    frames = [Image.fromarray(im).quantize(palette=palette, dither=Image.Dither.NONE)
+    frames = [Image.fromarray(im).convert("RGB").quantize(palette=palette, dither=Image.Dither.NONE)
               for im in images]  # fmt: skip
     atomic_write(path, lambda f: frames[0].save(
         f, format="GIF", save_all=True, append_images=frames[1:],
@@ -331,7 +331,9 @@ class _Film:
         x = self.cursor.get_window_extent().x0
         if box.x0 - 8 <= x <= box.x1 + 8:  # within the marker's radius of it
             self.fig.draw_artist(self.legend)
-        return np.asarray(canvas.buffer_rgba())[..., :3].copy()  # pyright: ignore[reportAttributeAccessIssue]
+        # RGBA as drawn (one contiguous copy; dropping alpha here was a strided
+        # copy costing as much as a third of the drawing): the encoders take it
+        return np.asarray(canvas.buffer_rgba()).copy()  # pyright: ignore[reportAttributeAccessIssue]
 
     def close(self) -> None:
         self.fig.clear()
