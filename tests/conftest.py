@@ -110,3 +110,67 @@ def random_params(d, m, scale, seed):
 
 
 __all__ = ["jnp", "random_params", "tree_allclose"]
+
+
+# The count of XLA compilations in the pytest summary (the test tier's time is
+# nearly all compiling: docs/performance.md, "The test tiers"). JAX reports
+# each backend compilation, and each load from the persistent cache, through
+# `jax.monitoring`; every process (each pytest-xdist worker) counts its own,
+# and the workers send theirs to the controller, which adds them up.
+_COMPILES = {"compilations": 0, "seconds": 0.0, "cache_hits": 0}
+
+
+_BY_FUNCTION: dict[str, list] = {}  # name: [compilations, seconds]
+
+
+def _on_duration(event: str, duration: float, fun_name: str = "?", **_) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES["compilations"] += 1
+        _COMPILES["seconds"] += duration
+        tally = _BY_FUNCTION.setdefault(fun_name, [0, 0.0])
+        tally[0] += 1
+        tally[1] += duration
+
+
+def _on_event(event: str, **_) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _COMPILES["cache_hits"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+jax.monitoring.register_event_listener(_on_event)
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: report to the controller
+        workeroutput["gradflow_compiles"] = dict(_COMPILES)
+        workeroutput["gradflow_compiles_by_function"] = dict(_BY_FUNCTION)
+
+
+def pytest_testnodedown(node, error):
+    for key, value in (
+        getattr(node, "workeroutput", {}).get("gradflow_compiles", {}).items()
+    ):
+        _COMPILES[key] += value
+    by_function = getattr(node, "workeroutput", {}).get(
+        "gradflow_compiles_by_function", {}
+    )
+    for name, (count, seconds) in by_function.items():
+        tally = _BY_FUNCTION.setdefault(name, [0, 0.0])
+        tally[0] += count
+        tally[1] += seconds
+
+
+def pytest_terminal_summary(terminalreporter):
+    compiled = _COMPILES["compilations"] - _COMPILES["cache_hits"]
+    terminalreporter.write_line(
+        f"XLA: {compiled} compilations ({_COMPILES['seconds']:.0f} s with the "
+        f"{_COMPILES['cache_hits']} loads from the persistent cache), "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    # GRADFLOW_TEST_COMPILES=N: the N functions that took the most compiling
+    top = int(os.environ.get("GRADFLOW_TEST_COMPILES", "0"))
+    ranked = sorted(_BY_FUNCTION.items(), key=lambda kv: -kv[1][1])[:top]
+    for name, (count, seconds) in ranked:
+        terminalreporter.write_line(f"  {seconds:7.1f} s {count:5d} x {name}")

@@ -168,3 +168,89 @@ def test_known_pi_is_checked():
         gf.MarkovChain(P, pi=[0.5, 0.5])
     chain = gf.MarkovChain(P, pi=[5 / 6, 1 / 6])
     np.testing.assert_allclose(chain.pi, gf.MarkovChain(P).pi, rtol=1e-14)
+
+
+def _reference_verdict(A: np.ndarray) -> str:
+    """Irreducible and aperiodic from powers of the adjacency matrix (small d):
+    every token reaches every other in under d steps, and the period is the gcd
+    of the lengths n <= 3d of the cycles through token 0."""
+    d = A.shape[0]
+    reach = np.linalg.matrix_power(np.eye(d, dtype=np.int64) + A, d - 1) > 0
+    if not reach.all():
+        return "reducible"
+    power, period = np.eye(d, dtype=np.int64), 0
+    for n in range(1, 3 * d + 1):
+        power = np.minimum(power @ A, 1)
+        if power[0, 0]:
+            period = np.gcd(period, n)
+    return "ok" if period == 1 else f"period {period}"
+
+
+def test_irreducible_and_aperiodic_as_matrix_powers_say():
+    # the breadth-first checks give the verdict of matrix powers on random
+    # sparse graphs (with and without self-loops)
+    rng = np.random.default_rng(0)
+    verdicts = set()
+    for _ in range(120):
+        d = int(rng.integers(2, 8))
+        A = (rng.random((d, d)) < rng.uniform(0.15, 0.5)).astype(np.int64)
+        if rng.random() < 0.5:
+            np.fill_diagonal(A, 0)
+        A[A.sum(axis=1) == 0, 0] = 1
+        P = A / A.sum(axis=1, keepdims=True)
+        expected = _reference_verdict(A)
+        verdicts.add(expected.split()[0])
+        if expected == "ok":
+            gf.MarkovChain(P)
+        else:
+            with pytest.raises(ValueError, match=expected):
+                gf.MarkovChain(P)
+    assert verdicts == {"ok", "reducible", "period"}
+
+
+def test_checks_of_a_chain_larger_than_one_block():
+    # d = 3000: P is checked 1398 rows at a time (2^22 entries), so each
+    # check runs over three blocks; the verdicts and messages are the same
+    d = 3000
+    rows = np.arange(d)
+    P = np.zeros((d, d))
+    P[rows, (rows + 1) % d] = P[rows, (rows + 3) % d] = 0.5  # walks of even length
+    with pytest.raises(ValueError, match="periodic with period 2"):
+        gf.MarkovChain(P)
+    half = d // 2
+    P = np.zeros((d, d))
+    P[rows, rows] = 0.5
+    P[rows, (rows + 1) % half + (rows >= half) * half] = 0.5  # two cycles
+    with pytest.raises(ValueError, match=r"2 communicating classes: \{0, 1, 2, "):
+        gf.MarkovChain(P)
+    P = np.full((d, d), 1.0 / d)
+    P[2500, 7], P[2999, 1] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"P\[2500, 7\] = nan \(2 non-finite"):
+        gf.MarkovChain(P)
+    P[2500, 7], P[2999, 1], P[1400, 2] = 1.0 / d, 1.0 / d, -1e-3
+    with pytest.raises(ValueError, match=r"P\[1400, 2\] = -0.001 \(1 negative"):
+        gf.MarkovChain(P)
+    P[1400, 2] = 1.0 / d
+    P[2999, 0] += 1e-6
+    with pytest.raises(ValueError, match="row 2999 of transition matrix P sums to"):
+        gf.MarkovChain(P)
+
+
+def test_chain_from_a_sparse_matrix():
+    # a SciPy sparse matrix (bigram counts are mostly zeros) gives the chain of
+    # its dense form, and the chain keeps its own copy of P
+    sparse = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(1)
+    counts = sparse.random(40, 40, density=0.1, random_state=rng) + sparse.eye(40)
+    counts = sparse.csr_matrix(counts + sparse.eye(40, k=1) + sparse.eye(40, k=-39))
+    P = counts.multiply(1.0 / counts.sum(axis=1)).tocsr()
+    dense = gf.MarkovChain(P.toarray())
+    chain = gf.MarkovChain(P)
+    np.testing.assert_array_equal(chain.P, dense.P)
+    np.testing.assert_array_equal(chain.pi, dense.pi)
+    with pytest.raises(ValueError, match="row 0 of transition matrix P sums to"):
+        gf.MarkovChain(counts)
+    owned = P.toarray()
+    chain = gf.MarkovChain(owned)
+    owned[0, 0] += 1.0
+    assert float(chain.P[0, 0]) == float(P[0, 0])

@@ -3,7 +3,9 @@ file, and `gradflow report` of their folders: `--animate` (the run's
 animation), `--netcdf` (the result as a netCDF file that `gf.load` reads back
 equal to the `.npz`), the explorer of a run folder and of a sweep folder; for
 the paper's model, the other built-in problems and a factory of the user's
-(`--problem MODULE:FUNCTION`)."""
+(`--problem MODULE:FUNCTION`). The solves have the shapes of solves other
+test files make (named beside each), so that a test session compiles each
+once and loads it from the session's compilation cache for the other."""
 
 import json
 import re
@@ -21,6 +23,7 @@ pytest.importorskip("xarray", reason="the [analysis] extra is not installed")
 PIL = pytest.importorskip("PIL.Image", reason="Pillow writes the GIFs")
 sys.path.insert(0, str(Path(__file__).parent))
 from analysis_data import assert_same_result, assert_same_sweep  # noqa: E402
+from sweep_worker import CHUNK_STEPS  # noqa: E402
 
 
 SMALL = ["--d", "3", "--width", "2", "--no-progress"]
@@ -28,7 +31,8 @@ SMALL = ["--d", "3", "--width", "2", "--no-progress"]
 
 def test_run_writes_its_animation_and_netcdf_file_then_report(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["run", *SMALL, "--t1", "300", "--num-saves", "60", "--no-figures"]
+    # the default scenario at t1 = 300, as in test_cli_run.py: one compilation
+    argv = ["run", "--t1", "300", "--no-progress", "--no-figures"]
     argv += ["--animate", "run.gif", "--frames", "20", "--netcdf"]
     assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -48,8 +52,11 @@ def test_run_writes_its_animation_and_netcdf_file_then_report(tmp_path, capsys):
 
 def test_sweep_and_sgd_write_their_netcdf_files(tmp_path, capsys):
     out = tmp_path / "sweep"
-    argv = ["sweep", "--chain", "sticky", *SMALL, "--delta", "0.05,0.1"]
-    argv += ["--seeds", "0,1", "--t1", "200", "--no-figures", "--netcdf"]
+    # the sweep of test_cli_sweep.py (and small_sweep's chunk): one compilation
+    argv = ["sweep", "--chain", "sticky", "--d", "4", "--width", "4"]
+    argv += ["--delta", "0:0.1:2", "--seeds", "0,1,2,3", "--t1", "400"]
+    argv += ["--chunk-steps", str(CHUNK_STEPS), "--no-progress", "--no-figures"]
+    argv += ["--netcdf"]
     assert main([*argv, "--out", str(out)]) == 0
     sw = gf.load(out / "sweep.npz")
     assert_same_sweep(sw, gf.load(out / "sweep.nc"))
@@ -74,7 +81,8 @@ def test_other_problems_animate_write_netcdf_and_report(tmp_path, capsys):
     its flow) write their netCDF files, equal to their `.npz` files."""
     out = tmp_path / "in_context"
     argv = ["run", "--problem", "in-context", "--d", "2", "--context", "8"]
-    argv += ["--heads", "2", "--t1", "400", "--num-saves", "40", "--no-figures"]
+    # (the run of test_cli_problems.py, whose compilation this one shares)
+    argv += ["--heads", "2", "--t1", "400", "--num-saves", "60", "--no-figures"]
     argv += ["--no-progress", "--out", str(out), "--animate", "a.gif", "--netcdf"]
     argv += ["--frames", "20"]
     assert main(argv) == 0
@@ -93,7 +101,7 @@ def test_other_problems_animate_write_netcdf_and_report(tmp_path, capsys):
 
     out = tmp_path / "deep_linear"
     argv = ["sweep", "--problem", "deep-linear", "--singular-values", "2", "1"]
-    argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "30"]
+    argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "50"]
     argv += ["--no-figures", "--no-progress", "--netcdf", "--out", str(out)]
     assert main(argv) == 0
     sw = gf.load(out / "sweep.npz")
@@ -103,8 +111,8 @@ def test_other_problems_animate_write_netcdf_and_report(tmp_path, capsys):
     assert "mode strengths" in (out / "report.html").read_text()
 
     out = tmp_path / "committee"
-    argv = ["sgd", "--problem", "committee", "--t1", "5", "--lr", "0.05"]
-    argv += ["--batch-size", "16", "--num-saves", "20", "--flow", "--no-figures"]
+    argv = ["sgd", "--problem", "committee", "--t1", "20", "--lr", "0.05"]
+    argv += ["--batch-size", "64", "--num-saves", "40", "--flow", "--no-figures"]
     argv += ["--no-progress", "--netcdf", "--out", str(out)]
     assert main(argv) == 0
     assert_same_result(gf.load(out / "sgd_run.npz"), gf.load(out / "sgd_run.nc"))

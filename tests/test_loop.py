@@ -44,9 +44,16 @@ SCENARIO_TS = gf.default_save_times(200.0)
 def test_second_solve_compiles_nothing(stages):
     saveat = gf.SaveAt(SCENARIO_TS, stages=stages)
     gf.integrate(SCENARIO, 1e-3, seed=0, saveat=saveat, **SCENARIO_KW)
+    # another start, then another chain of the same size and another t1 (the
+    # same number of saves): the chain, the start and t1 are data, not shapes
+    other = gf.chains.sticky(6, 0.4, 0.3, 0.1)
+    later = gf.SaveAt(gf.default_save_times(250.0), stages=stages)
     with _Compiles() as c:
         traj = gf.integrate(SCENARIO, 2e-3, seed=1, saveat=saveat, **SCENARIO_KW)
-    assert traj.ok
+        again = gf.integrate(
+            other, 1e-3, seed=2, saveat=later, **{**SCENARIO_KW, "t1": 250.0}
+        )
+    assert traj.ok and again.ok and again.t_final == 250.0
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 

@@ -1,7 +1,9 @@
 """Markov chains over a vocabulary of `d` tokens (`docs/model.md`, "Data")."""
 
 import math
+import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -31,8 +33,14 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
         raise TypeError(
             "transition matrix P must be a d x d array of probabilities, got None"
         )
+    sparse = _is_sparse(P)
+    private = sparse or isinstance(P, _Owned)
+    if isinstance(P, _Owned):
+        P = P.array
     try:
-        array = np.asarray(P)
+        # a SciPy sparse matrix (a bigram count table is mostly zeros) becomes
+        # a dense array of gradflow's own: the loss reads P densely
+        array = cast(Any, P).toarray() if sparse else np.asarray(P)
     except Exception as e:  # ragged lists and the like
         raise ValueError(
             f"transition matrix P could not be read as an array: {e}"
@@ -56,29 +64,84 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
         raise ValueError(f"transition matrix P must be square, got shape {array.shape}")
     if array.shape[0] < 2:
         raise ValueError(f"need at least d = 2 tokens, got d = {array.shape[0]}")
+    # gradflow's own float64 copy (exactly one): validation divides it in place,
+    # and JAX may share its memory on the CPU, so it must not be the caller's
+    if private and array.dtype == np.float64:
+        return array
     return array.astype(np.float64)
 
 
-def _reachable(adjacency: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """Breadth-first search: which nodes are reachable, and their BFS level."""
-    d = adjacency.shape[0]
+class _Owned:
+    """A matrix a chain family built for the chain alone (`chains.py`): the
+    chain takes it as its own instead of copying it (0.54 GB and 1.5 s of
+    first-touch page faults at d = 8,192, measured under load)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+def _is_sparse(P) -> bool:
+    """Whether P is a SciPy sparse matrix or array (SciPy itself is not
+    imported unless the caller already has)."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and sparse.issparse(P)
+
+
+# Validation reads P a block of rows at a time (at most this many entries, 32 MB
+# of float64), so that it needs O(d) memory beyond P itself: a d = 8,192 chain
+# is 0.54 GB, and a boolean copy of it or the int64 indices of its nonzero
+# entries (1.07 GB) would cost more than the gradient (docs/performance.md,
+# "Large chains").
+_BLOCK_ENTRIES = 1 << 22
+
+
+def _row_slices(d: int):
+    """Consecutive blocks of the rows of a d x d matrix, each at most
+    `_BLOCK_ENTRIES` entries."""
+    step = max(1, _BLOCK_ENTRIES // d)
+    for start in range(0, d, step):
+        yield slice(start, min(start + step, d))
+
+
+def _chunks(rows: np.ndarray, length: int):
+    """Consecutive pieces of the row indices `rows`, each at most
+    `_BLOCK_ENTRIES` entries of rows of `length` entries."""
+    step = max(1, _BLOCK_ENTRIES // length)
+    for start in range(0, rows.size, step):
+        yield rows[start : start + step]
+
+
+def _reachable(P: np.ndarray, start: int, reverse: bool = False) -> np.ndarray:
+    """Breadth-first search over the edges `P[u, v] > 0` (reversed: `v -> u`),
+    a block of rows at a time: the BFS level of each node, -1 where it is not
+    reached. Each row (reversed: each unreached row's entries in the frontier's
+    columns) is read at most once per level, O(d^2) in all."""
+    d = P.shape[0]
     level = np.full(d, -1, dtype=np.int64)
     level[start] = 0
-    frontier = np.zeros(d, dtype=bool)
-    frontier[start] = True
+    frontier = np.array([start])
     depth = 0
-    while frontier.any():
+    while frontier.size and (level < 0).any():
         depth += 1
-        nxt = adjacency[frontier].any(axis=0) & (level < 0)
-        level[nxt] = depth
-        frontier = nxt
-    return level >= 0, level
+        reached = np.zeros(d, dtype=bool)
+        if reverse:
+            unseen = np.flatnonzero(level < 0)
+            for rows in _chunks(unseen, frontier.size):
+                reached[rows] = (P[np.ix_(rows, frontier)] > 0).any(axis=1)
+        else:
+            for rows in _chunks(frontier, d):
+                reached |= (P[rows] > 0).any(axis=0)
+        reached &= level < 0
+        level[reached] = depth
+        frontier = np.flatnonzero(reached)
+    return level
 
 
-def _communicating_classes(adjacency: np.ndarray) -> list[list[int]]:
-    """Strongly connected components (iterative Tarjan), each sorted."""
-    d = adjacency.shape[0]
-    successors = [np.flatnonzero(adjacency[i]).tolist() for i in range(d)]
+def _communicating_classes(P: np.ndarray) -> list[list[int]]:
+    """Strongly connected components (iterative Tarjan), each sorted. Only for
+    the error message of a reducible chain."""
+    d = P.shape[0]
+    successors = [np.flatnonzero(P[i] > 0).tolist() for i in range(d)]
     index = [-1] * d
     low = [0] * d
     on_stack = [False] * d
@@ -126,12 +189,28 @@ def _communicating_classes(adjacency: np.ndarray) -> list[list[int]]:
     return classes
 
 
+def _period(P: np.ndarray, level: np.ndarray) -> int:
+    """The period of an irreducible chain: the gcd over edges u -> v of
+    level[u] + 1 - level[v], with BFS levels from any node; a block of rows at
+    a time, stopping at 1 (a self-loop gives 1 at once)."""
+    if (np.diagonal(P) > 0).any():
+        return 1
+    period = 0
+    for rows in _row_slices(P.shape[0]):
+        steps = np.abs(level[rows, None] + 1 - level[None, :])
+        # gcd(0, g) = g: the entries that are not edges leave the gcd as it is
+        period = int(
+            np.gcd(period, np.gcd.reduce(np.where(P[rows] > 0, steps, 0), axis=None))
+        )
+        if period == 1:
+            break
+    return period
+
+
 def _check_irreducible_aperiodic(P: np.ndarray) -> None:
-    adjacency = P > 0
-    forward, level = _reachable(adjacency, 0)
-    backward, _ = _reachable(adjacency.T, 0)
-    if not (forward.all() and backward.all()):
-        classes = _communicating_classes(adjacency)
+    level = _reachable(P, 0)
+    if (level < 0).any() or (_reachable(P, 0, reverse=True) < 0).any():
+        classes = _communicating_classes(P)
         text = "; ".join("{" + _describe_list(c) + "}" for c in classes[:_MAX_LISTED])
         if len(classes) > _MAX_LISTED:
             text += f"; ... ({len(classes) - _MAX_LISTED} more)"
@@ -139,10 +218,7 @@ def _check_irreducible_aperiodic(P: np.ndarray) -> None:
             "transition matrix P is reducible (not every token can reach every "
             f"other): {len(classes)} communicating classes: {text}"
         )
-    # For an irreducible chain the period is the gcd over edges u -> v of
-    # level[u] + 1 - level[v], with BFS levels from any node.
-    rows, cols = np.nonzero(adjacency)
-    period = int(np.gcd.reduce(np.abs(level[rows] + 1 - level[cols])))
+    period = _period(P, level)
     if period != 1:
         raise ValueError(
             f"transition matrix P is periodic with period {period}; the chain must "
@@ -150,23 +226,37 @@ def _check_irreducible_aperiodic(P: np.ndarray) -> None:
         )
 
 
+def _first_and_count(masks) -> tuple[tuple[int, int] | None, int]:
+    """The first (row, column) where a block's mask is set, and the count."""
+    first, count = None, 0
+    for start, mask in masks:
+        n = int(np.count_nonzero(mask))
+        if n and first is None:
+            i, j = np.argwhere(mask)[0]
+            first = (start + int(i), int(j))
+        count += n
+    return first, count
+
+
 def _validate_transition(P: ArrayLikeMatrix, atol: float) -> np.ndarray:
     array = _as_matrix(P)
-    bad = ~np.isfinite(array)
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
+    d = array.shape[0]
+    blocks = [(b.start, array[b]) for b in _row_slices(d)]
+    first, count = _first_and_count((s, ~np.isfinite(x)) for s, x in blocks)
+    if first is not None:
+        i, j = first
         raise ValueError(
             f"transition matrix P has a non-finite entry: P[{i}, {j}] = {array[i, j]}"
-            f" ({int(bad.sum())} non-finite entries in all)"
+            f" ({count} non-finite entries in all)"
         )
-    negative = array < 0
-    if negative.any():
-        i, j = np.argwhere(negative)[0]
+    first, count = _first_and_count((s, x < 0) for s, x in blocks)
+    if first is not None:
+        i, j = first
         raise ValueError(
             f"transition matrix P has a negative entry: P[{i}, {j}] = {float(array[i, j])!r}"
-            f" ({int(negative.sum())} negative entries in all)"
+            f" ({count} negative entries in all)"
         )
-    sums = array.sum(axis=1)
+    sums = np.concatenate([x.sum(axis=1) for _, x in blocks])
     off = np.abs(sums - 1.0) > atol
     if off.any():
         i = int(np.flatnonzero(off)[0])
@@ -178,10 +268,12 @@ def _validate_transition(P: ArrayLikeMatrix, atol: float) -> np.ndarray:
     _check_irreducible_aperiodic(array)
     # Rows off by more than round-off are renormalised so that pi and the loss
     # see a stochastic matrix; a matrix already stochastic to round-off is kept
-    # bit for bit (saving and loading a chain must not change it).
-    roundoff = 8 * np.finfo(np.float64).eps * array.shape[0]
-    scale = np.where(np.abs(sums - 1.0) > roundoff, sums, 1.0)
-    return array / scale[:, None]
+    # bit for bit (saving and loading a chain must not change it). `array` is
+    # gradflow's own copy (`_as_matrix`), so it is divided in place.
+    roundoff = 8 * np.finfo(np.float64).eps * d
+    rescale = np.flatnonzero(np.abs(sums - 1.0) > roundoff)
+    array[rescale] /= sums[rescale, None]
+    return array
 
 
 def stationary_distribution(P: np.ndarray) -> np.ndarray:
@@ -192,7 +284,10 @@ def stationary_distribution(P: np.ndarray) -> np.ndarray:
     """
     P = np.asarray(P, dtype=np.float64)
     d = P.shape[0]
-    system = P.T - np.eye(d)
+    # P^T - I built in place (the same numbers as `P.T - np.eye(d)`, one d x d
+    # array fewer at d = 8,192)
+    system = P.T.copy()
+    system[np.diag_indices(d)] -= 1.0
     system[-1, :] = 1.0
     rhs = np.zeros(d)
     rhs[-1] = 1.0
@@ -257,7 +352,10 @@ class MarkovChain(eqx.Module):
 
     **Arguments:**
 
-    - `P`: a $d \times d$ array-like of transition probabilities.
+    - `P`: a $d \times d$ array-like of transition probabilities, or a SciPy
+      sparse matrix of them (a bigram table is mostly zeros: normalise its
+      counts with `counts.multiply(1 / counts.sum(axis=1)).tocsr()`); the
+      chain keeps its own dense float64 copy.
     - `tokens`: optional labels, one string per token (kept for figures).
     - `atol`: tolerance on each row sum; rows within it are renormalised.
     - `pi`: optional known stationary distribution (checked: $|\pi P - \pi|

@@ -168,14 +168,25 @@ def animate(
     times = frame_times(result, frames)
     shown = views(result.problem, result, times)[:panels] if panels else []
     film = _Film(result, times, shown, title or _default_title(result))
-    images = [film.draw(i) for i in range(len(times))]
-    images += [images[-1]] * fps  # the end, held for a second
-    film.close()
-    if path.suffix.lower() == ".mp4":
-        _write_mp4(writer, path, images, fps)
-    else:
-        _write_gif(path, images, fps)
+    images = _frames(film, len(times), hold=fps)  # the end held for a second
+    try:
+        if path.suffix.lower() == ".mp4":
+            # frames go to ffmpeg as they are drawn: it encodes on another core
+            _write_mp4(writer, path, images, fps)
+        else:
+            _write_gif(path, list(images), fps)  # one palette from all frames
+    finally:
+        film.close()
     return path
+
+
+def _frames(film, n: int, hold: int):
+    image = None
+    for i in range(n):
+        image = film.draw(i)
+        yield image
+    for _ in range(hold):
+        yield image
 
 
 def run_kind(result) -> str:
@@ -198,11 +209,11 @@ def _write_mp4(encoder, path: Path, images, fps: int) -> None:
     standard input. (Started without a `preexec_fn`, unlike imageio-ffmpeg's
     own writer: a fork hook would then run in this multithreaded, JAX-using
     process, and JAX warns against forking it.)"""
-    h, w = images[0].shape[:2]
+    w, h = SIZE
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     command = [
         encoder.get_ffmpeg_exe(), "-y", "-loglevel", "error",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(fps),
+        "-f", "rawvideo", "-pix_fmt", "rgba", "-s", f"{w}x{h}", "-r", str(fps),
         "-i", "-", "-an", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-crf", "23",
         "-movflags", "+faststart", "-f", "mp4", str(tmp),
     ]  # fmt: skip
@@ -212,7 +223,7 @@ def _write_mp4(encoder, path: Path, images, fps: int) -> None:
         ) as p:
             assert p.stdin is not None
             for image in images:
-                p.stdin.write(np.ascontiguousarray(image).tobytes())
+                p.stdin.write(np.ascontiguousarray(image).data)
             _, err = p.communicate()
         if p.returncode != 0:
             raise RuntimeError(
@@ -230,9 +241,9 @@ def _write_gif(path: Path, images, fps: int) -> None:
     # one palette for the whole film (the first frame's adaptive palette
     # would miss colours that come later): from a strip of frames
     picks = images[:: max(1, len(images) // 8)]
-    strip = Image.fromarray(np.concatenate(picks, axis=0))
+    strip = Image.fromarray(np.concatenate(picks, axis=0)).convert("RGB")
     palette = strip.quantize(colors=255, method=Image.Quantize.MEDIANCUT)
-    frames = [Image.fromarray(im).quantize(palette=palette, dither=Image.Dither.NONE)
+    frames = [Image.fromarray(im).convert("RGB").quantize(palette=palette, dither=Image.Dither.NONE)
               for im in images]  # fmt: skip
     atomic_write(path, lambda f: frames[0].save(
         f, format="GIF", save_all=True, append_images=frames[1:],
@@ -241,7 +252,16 @@ def _write_gif(path: Path, images, fps: int) -> None:
 
 
 class _Film:
-    """The figure of the film: drawn once, its artists updated per frame."""
+    """The figure of the film: drawn once, then per frame only what moves.
+
+    The first frame is drawn whole (its constrained layout found and kept);
+    what moves (`animated`: the marker, the title, each view's image, points
+    or bars, and what lies above them) is left out of that drawing, which is
+    kept as the background. Each later frame restores the background and
+    draws only the moving artists onto it (matplotlib's blitting): a frame
+    costs a few artists instead of every axis, tick and label (0.25 s a
+    frame before, taken under load; docs/performance.md, "Films").
+    """
 
     def __init__(self, result, times, shown: list[View], title: str):
         # a figure of its own on the Agg canvas: no pyplot, no GUI backend
@@ -255,10 +275,12 @@ class _Film:
         FigureCanvasAgg(self.fig)
         self.fig.suptitle(title, fontsize=10)
         self._loss_panel(self.fig.add_subplot(grid[0, :]))
-        self.updates = [
-            _draw_view(self.fig.add_subplot(grid[1, j]), view)
-            for j, view in enumerate(shown)
-        ]
+        self.updates = []
+        for j, view in enumerate(shown):
+            update, moving = _draw_view(self.fig.add_subplot(grid[1, j]), view)
+            self.updates.append(update)
+            self.animated += moving
+        self.background = None
 
     def _loss_panel(self, ax) -> None:
         r = self.result
@@ -273,12 +295,16 @@ class _Film:
         ax.tick_params(labelsize=7)
         # (inside the panel, where a falling loss leaves room: a legend beside
         # it would widen the right margin of the views' column too)
-        ax.legend(fontsize=7, loc="upper right", ncol=2, framealpha=0.85)
+        legend = ax.legend(fontsize=7, loc="upper right", ncol=2, framealpha=0.85)
         marked = interpolate(ts, loss, self.times)
         self.marked = marked
         self.cursor = ax.axvline(self.times[0], color="#d62728", lw=1.0)
         (self.dot,) = ax.plot([self.times[0]], [marked[0]], "o", color="#d62728", ms=6)
         self.heading = ax.set_title("", fontsize=11, fontweight="bold", loc="left")
+        # the legend lies above the moving marker: it is drawn again over the
+        # marker on the frames where the marker crosses it (`draw`)
+        self.legend = legend
+        self.animated = [self.cursor, self.dot, self.heading]
 
     def draw(self, i: int) -> np.ndarray:
         t = float(self.times[i])
@@ -287,12 +313,27 @@ class _Film:
         self.heading.set_text(f"t = {t:.4g}   {stage_caption(self.result.stages, t)}")
         for update in self.updates:
             update(i)
-        self.fig.canvas.draw()
-        # the layout is found on the first frame and kept (the constrained
-        # layout of every frame would cost most of the drawing, and move
-        # the panels by a pixel as the titles change)
-        self.fig.set_layout_engine("none")
-        return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()  # pyright: ignore[reportAttributeAccessIssue]
+        canvas = self.fig.canvas
+        if self.background is None:
+            for artist in self.animated:
+                artist.set_animated(True)
+            canvas.draw()
+            # the layout is found on the first frame and kept (the constrained
+            # layout of every frame would cost most of the drawing, and move
+            # the panels by a pixel as the titles change)
+            self.fig.set_layout_engine("none")
+            self.background = canvas.copy_from_bbox(self.fig.bbox)  # pyright: ignore[reportAttributeAccessIssue]
+        else:
+            canvas.restore_region(self.background)  # pyright: ignore[reportAttributeAccessIssue]
+        for artist in self.animated:
+            self.fig.draw_artist(artist)
+        box = self.legend.get_window_extent()
+        x = self.cursor.get_window_extent().x0
+        if box.x0 - 8 <= x <= box.x1 + 8:  # within the marker's radius of it
+            self.fig.draw_artist(self.legend)
+        # RGBA as drawn (one contiguous copy; dropping alpha here was a strided
+        # copy costing as much as a third of the drawing): the encoders take it
+        return np.asarray(canvas.buffer_rgba()).copy()  # pyright: ignore[reportAttributeAccessIssue]
 
     def close(self) -> None:
         self.fig.clear()
@@ -306,7 +347,8 @@ def _ticks(ax, rows, cols) -> None:
 
 
 def _draw_view(ax, view: View):
-    """Draws `view` at its first frame on `ax`; returns `update(i)`."""
+    """Draws `view` at its first frame on `ax`; returns `update(i)` and the
+    artists that move (with those drawn above them), in drawing order."""
     ax.set_title(view.title, fontsize=9)
     ax.tick_params(labelsize=7)
     if isinstance(view, Heatmap):
@@ -331,7 +373,8 @@ def _draw_heatmap(ax, view: Heatmap):
     _ticks(ax, view.rows, view.cols)
     ax.set_xlabel(view.xlabel, fontsize=8)
     ax.set_ylabel(view.ylabel, fontsize=8)
-    return lambda i: image.set_data(view.values[i])
+    # the frame of the axes lies above the image
+    return lambda i: image.set_data(view.values[i]), [image, *ax.spines.values()]
 
 
 def _draw_scatter(ax, view: Scatter):
@@ -359,7 +402,7 @@ def _draw_scatter(ax, view: Scatter):
             text.set_position(tuple(pts[i, k]))
         caption.set_text(view.captions[i])
 
-    return update
+    return update, [*lines, dots, *names.values(), caption]
 
 
 def _draw_bars(ax, view: Bars):
@@ -368,8 +411,9 @@ def _draw_bars(ax, view: Bars):
         ax.set_yscale("log")
     bars = ax.bar(range(n), view.values[0], color=view.colors)
     ax.set_ylim(*view.ylim)
+    reference = []  # the dashed line lies above the bars
     if view.reference is not None:
-        ax.axhline(view.reference, color="black", lw=0.8, ls="--")
+        reference.append(ax.axhline(view.reference, color="black", lw=0.8, ls="--"))
     if n <= 17:
         ax.set_xticks(range(n), view.labels, rotation=90, fontsize=7)
     ax.set_ylabel(view.ylabel, fontsize=8)
@@ -378,7 +422,7 @@ def _draw_bars(ax, view: Bars):
         for bar, h in zip(bars, view.values[i], strict=True):
             bar.set_height(h)
 
-    return update
+    return update, [*bars, *reference]
 
 
 __all__ = ["FORMATS", "animate", "check_output", "check_result", "encoder", "run_kind"]
