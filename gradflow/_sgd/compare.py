@@ -10,6 +10,7 @@ import numpy as np
 
 from .._problem.functions import loss_levels
 from .._result.trajectory import Trajectory
+from .crossings import crossing_time, first_drop_target
 
 
 DEFAULT_LEVELS = (0.25, 0.5, 0.75, 0.9)
@@ -22,23 +23,6 @@ def _interp(ts_out: np.ndarray, ts: np.ndarray, values: np.ndarray) -> np.ndarra
     w = np.where(span > 0, (ts_out - ts[idx]) / np.where(span > 0, span, 1.0), 0.0)
     w = w.reshape((-1,) + (1,) * (values.ndim - 1))
     return (1 - w) * values[idx] + w * values[idx + 1]
-
-
-def crossing_time(ts: np.ndarray, loss: np.ndarray, level: float) -> float:
-    """The first time the loss falls to `level`, interpolated linearly in
-    $\\log t$ between saves (in $t$ when the earlier save is at `t = 0`); `nan`
-    if it never does."""
-    below = np.flatnonzero(loss <= level)
-    if below.size == 0:
-        return math.nan
-    i = int(below[0])
-    if i == 0:
-        return float(ts[0])
-    t0, t1, l0, l1 = ts[i - 1], ts[i], loss[i - 1], loss[i]
-    f = (l0 - level) / (l0 - l1) if l0 != l1 else 1.0
-    if t0 > 0:
-        return float(math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))))
-    return float(t0 + f * (t1 - t0))
 
 
 def drop_bounds(traj) -> list[tuple[float, float]]:
@@ -262,22 +246,6 @@ def _leaves(params) -> list[np.ndarray]:
     return [np.asarray(v).reshape(np.shape(v)[0], -1) for v in jax.tree.leaves(params)]
 
 
-def first_drop_target(traj, levels: dict[str, tuple[str, float]]) -> float:
-    r"""The level the flow's first drop reaches: the highest reference level of
-    the problem clearly below the start (the paper's model: $H(\pi)$, below
-    $\log d$), else the loss where the flow enters its first plateau after
-    the start, else its final loss."""
-    start, final = float(traj.loss[0]), float(traj.loss[-1])
-    gap = 1e-3 * max(abs(start - final), 1e-300)
-    below = [v for _, v in levels.values() if v < start - gap]
-    if below:
-        return max(below)
-    for stage in traj.stages:
-        if stage.name == "plateau" and stage.t_start > 0:
-            return float(stage.loss_start)
-    return final
-
-
 def modified_flow(traj: Trajectory, lr: float) -> Trajectory:
     """The order-1 modified flow of GD at `lr` ([`gradflow.modified_loss`][])
     from `traj`'s start, saved at `traj.ts`."""
@@ -489,7 +457,5 @@ __all__ = [
     "Comparison",
     "compare",
     "modified_flow",
-    "crossing_time",
     "drop_bounds",
-    "first_drop_target",
 ]

@@ -11,7 +11,7 @@ import equinox as eqx
 import numpy as np
 
 from .._problem.functions import loss_levels
-from .compare import crossing_time, first_drop_target
+from .crossings import crossing_time, first_drop_target
 
 
 def _crossings(members, levels) -> np.ndarray:

@@ -34,8 +34,8 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
             "transition matrix P must be a d x d array of probabilities, got None"
         )
     sparse = _is_sparse(P)
-    private = sparse or isinstance(P, _Owned)
-    if isinstance(P, _Owned):
+    private = sparse or isinstance(P, OwnedMatrix)
+    if isinstance(P, OwnedMatrix):
         P = P.array
     try:
         # a SciPy sparse matrix (a bigram count table is mostly zeros) becomes
@@ -71,7 +71,7 @@ def _as_matrix(P: ArrayLikeMatrix) -> np.ndarray:
     return array.astype(np.float64)
 
 
-class _Owned:
+class OwnedMatrix:
     """A matrix a chain family built for the chain alone (`chains.py`): the
     chain takes it as its own instead of copying it (0.54 GB and 1.5 s of
     first-touch page faults at d = 8,192, measured under load)."""

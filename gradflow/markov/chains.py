@@ -21,7 +21,7 @@ from .._core.validate import (
     check_number,
     check_seed,
 )
-from .chain import MarkovChain, _Owned
+from .chain import MarkovChain, OwnedMatrix
 
 
 def _check_d(d: int, least: int = 2) -> int:
@@ -103,7 +103,7 @@ def sticky(
     top_mass = _check_open_unit("top_mass", top_mass)
     rho = _check_open_unit("rho", rho, low_closed=True)
     pi = sticky_pi(d, top_mass, _check_delta(delta))
-    return MarkovChain(_Owned(_sticky_matrix(pi, rho)), pi=pi)
+    return MarkovChain(OwnedMatrix(_sticky_matrix(pi, rho)), pi=pi)
 
 
 def zipf_profile(d: int, exponent: float = 1.0) -> np.ndarray:
@@ -130,7 +130,7 @@ def zipf(d: int = 8, exponent: float = 1.0, rho: float = 0.0) -> MarkovChain:
     exponent = _check_exponent(exponent)
     rho = _check_open_unit("rho", rho, low_closed=True)
     pi = zipf_profile(d, exponent)
-    return MarkovChain(_Owned(_sticky_matrix(pi, rho)), pi=pi)
+    return MarkovChain(OwnedMatrix(_sticky_matrix(pi, rho)), pi=pi)
 
 
 def random(
@@ -168,7 +168,7 @@ def random(
     alpha = concentration * d * zipf_profile(d, exponent)
     P = rng.dirichlet(alpha, size=d)
     P = np.maximum(P, 1e-12)
-    return MarkovChain(_Owned(P / P.sum(axis=1, keepdims=True)))
+    return MarkovChain(OwnedMatrix(P / P.sum(axis=1, keepdims=True)))
 
 
 def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovChain:
@@ -195,7 +195,7 @@ def gaussian_logits(d: int = 8, *, seed: int = 0, scale: float = 1.0) -> MarkovC
     logits = scale * np.random.default_rng(seed).standard_normal((d, d))
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits)
-    return MarkovChain(_Owned(P / P.sum(axis=1, keepdims=True)))
+    return MarkovChain(OwnedMatrix(P / P.sum(axis=1, keepdims=True)))
 
 
 def from_pi(pi, lam: float = 0.5) -> MarkovChain:
@@ -242,7 +242,7 @@ def from_pi(pi, lam: float = 0.5) -> MarkovChain:
         )
     lam = _check_open_unit("lam", lam, low_closed=True)
     array = array / total
-    return MarkovChain(_Owned(_sticky_matrix(array, lam)), pi=array)
+    return MarkovChain(OwnedMatrix(_sticky_matrix(array, lam)), pi=array)
 
 
 from .text._encode import from_text as from_text  # noqa: E402
