@@ -85,6 +85,21 @@ def test_netcdf_round_trip_of_a_trajectory(traj, tmp_path):
     back.close()
 
 
+def test_save_to_a_netcdf_name_writes_netcdf(traj, sw, tmp_path):
+    # `save("x.nc")` writes the netCDF file that `gradflow.load` reads by its
+    # suffix (it used to write a .npz archive under that name, which no
+    # reader then took)
+    traj.save(tmp_path / "t.nc")
+    xr.testing.assert_identical(xr.load_dataset(tmp_path / "t.nc"), traj.to_xarray())
+    assert_same_result(traj, gf.load(tmp_path / "t.nc"))
+    sw.save(tmp_path / "s.nc")
+    assert_same_sweep(sw, gf.load_sweep(tmp_path / "s.nc"))
+    with pytest.raises(
+        ValueError, match="is not a gradflow sweep: it holds a Trajectory"
+    ):
+        gf.load_sweep(tmp_path / "t.nc")
+
+
 def test_sgd_run(tmp_path):
     run = data.sgd_run()
     ds = run.to_xarray()

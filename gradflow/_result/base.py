@@ -17,7 +17,7 @@ from .._problem.functions import describe
 from . import tables
 from .codes import RESULTS, is_successful
 from .files import file_parts, write_file
-from .labelled import result_dataset
+from .labelled import is_netcdf_path, result_dataset, write_netcdf
 
 
 class AbstractResult(eqx.Module):
@@ -126,7 +126,12 @@ class AbstractResult(eqx.Module):
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the result to `path` (a `.npz` file), atomically: every
         array, the problem, settings, stats, result code, stages, events and
-        the gradflow version. Read it back with [`gradflow.load`][]."""
+        the gradflow version. Where `path` ends in `.nc` it is the netCDF
+        file of [`to_xarray`][gradflow.Trajectory.to_xarray] instead (needs
+        `pip install "gradflow[analysis]"`). Read either back with
+        [`gradflow.load`][]."""
+        if is_netcdf_path(path):
+            return write_netcdf(self, path)
         return write_file(path, *file_parts(self))
 
 

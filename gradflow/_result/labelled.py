@@ -347,6 +347,11 @@ def load_netcdf(path: str | os.PathLike):
     return build(path, meta, arrays)
 
 
+def is_netcdf_path(path) -> bool:
+    """Whether `save` writes `path` as netCDF: its name ends in `.nc`."""
+    return Path(path).suffix.lower() == ".nc"
+
+
 def write_netcdf(result, path: str | os.PathLike) -> Path:
     """Writes `result.to_xarray()` to the netCDF file `path` with xarray's
     writer, atomically (through a temporary file in the same folder): what
@@ -375,6 +380,7 @@ __all__ = [
     "check_netcdf",
     "dataset_attrs",
     "import_xarray",
+    "is_netcdf_path",
     "load_netcdf",
     "parts_from_dataset",
     "problem_variables",

@@ -26,6 +26,7 @@ from .._result.files import (
     write_file,
 )
 from .._result.info import SolveSettings
+from .._result.labelled import is_netcdf_path, load_netcdf, write_netcdf
 from .._result.trajectory import Trajectory
 from .labelled import sweep_dataset
 from .parts import FORMAT_NAME, sweep_parts
@@ -249,8 +250,12 @@ class Sweep(eqx.Module):
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the whole sweep (every member's trajectory, the problems,
         members, labels, settings and the gradflow version) to one `.npz`
-        file, atomically. Read it back with [`gradflow.load_sweep`][] or
-        [`gradflow.load`][]."""
+        file, atomically; where `path` ends in `.nc`, the netCDF file of
+        [`to_xarray`][gradflow.Sweep.to_xarray] instead (needs
+        `pip install "gradflow[analysis]"`). Read it back with
+        [`gradflow.load_sweep`][] or [`gradflow.load`][]."""
+        if is_netcdf_path(path):
+            return write_netcdf(self, path)
         return write_file(path, *sweep_parts(self))
 
 
@@ -282,12 +287,20 @@ def _first_settings(meta) -> list:
 
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """Loads a sweep written by [`gradflow.Sweep.save`][] (also a file of
-    gradflow 0.1.0).
+    gradflow 0.1.0, and a sweep's netCDF file, `.nc`).
 
     **Raises:** `FileNotFoundError` if `path` does not exist; `ValueError`
     naming the file if it is not a gradflow sweep, is truncated, or was
     written by a newer file-format version.
     """
+    if is_netcdf_path(path):
+        sweep = load_netcdf(path)
+        if not isinstance(sweep, Sweep):
+            raise ValueError(
+                f"'{path}' is not a gradflow sweep: it holds a "
+                f"{type(sweep).__name__} (read it with gradflow.load)"
+            )
+        return sweep
     meta, arrays = read_file(path, FORMAT_NAME, "sweep")
     return sweep_from_parts(path, meta, arrays)
 
