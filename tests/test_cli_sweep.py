@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -105,3 +106,29 @@ def test_checkpoint_and_output_per_group(tmp_path, capsys):
         "sw.ckpt_d2.npz",
         "sw.ckpt_d3.npz",
     ]
+
+
+def test_lr_correction_member_equals_the_run(tmp_path, capsys):
+    """`gradflow sweep --lr-correction LR --order K` solves the modified flow
+    of GD, as `gradflow run` does with the same options (one shared reading
+    of the flags): a member equals the run of its seed bit for bit (on a CPU
+    the members go one by one through a solo call's compiled chunk). Tiny
+    bare solves with Tsit5 (the shapes of the test above)."""
+    common = ["--chain", "zipf", "--d", "2", "--width", "2", "--t1", "10"]
+    common += ["--num-saves", "3", "--solver", "tsit5", "--no-stages"]
+    common += ["--no-figures", "--no-progress", "--lr-correction", "0.2"]
+    common += ["--order", "2"]
+    assert main(["sweep", *common, "--seeds", "0,1", "--out", str(tmp_path / "s")]) == 0
+    assert "modified flow of GD at lr 0.2, order 2" in capsys.readouterr().out
+    assert main(["run", *common, "--seed", "1", "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    sw = gf.load_sweep(tmp_path / "s" / "sweep.npz")
+    traj = gf.load(tmp_path / "r" / "trajectory.npz")
+    problem = sw.problems[0]
+    assert isinstance(problem, gf.ModifiedLoss) and problem.order == 2
+    assert float(problem.lr) == 0.2
+    assert sw.ok.all() and traj.ok and sw.members[1].seed == 1
+    np.testing.assert_array_equal(sw[1].ts, traj.ts)
+    np.testing.assert_array_equal(sw[1].loss, traj.loss)
+    for x, y in zip(jax.tree.leaves(sw[1].params), jax.tree.leaves(traj.params)):
+        np.testing.assert_array_equal(x, y)

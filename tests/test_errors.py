@@ -1715,6 +1715,21 @@ CLI_CASES = [
         r"--order must be 0, 1 or 2, got 3",
     ),
     CliCase(
+        "sweep-lr-correction",
+        lambda f: ["sweep", "--lr-correction", "inf"],
+        r"--lr-correction must be finite and > 0, got inf",
+    ),
+    CliCase(
+        "sweep-order-without-lr-correction",
+        lambda f: ["sweep", "--order", "0"],
+        r"--order 0 is the order of --lr-correction; add --lr-correction LR",
+    ),
+    CliCase(
+        "sweep-lr-correction-order",
+        lambda f: ["sweep", "--lr-correction", "0.1", "--order", "-1"],
+        r"--order must be 0, 1 or 2, got -1",
+    ),
+    CliCase(
         "run-text-missing",
         lambda f: ["run", "--text", str(f.folder / "wikitext"), "--vocab-size", "3"],
         r"--text: no such file or folder: '.*wikitext'; give an existing path",

@@ -263,6 +263,56 @@ def add_flow_arguments(parser, command: str, defaults: dict[str, str]) -> None:
 SOLVER_FLAGS = ("solver", "rtol", "atol", "max_steps")
 
 
+def add_lr_correction_arguments(parser) -> None:
+    """`--lr-correction LR [--order K]` (`gradflow run` and `gradflow sweep`):
+    the modified flow of gradient descent at step LR instead of the flow
+    (`docs/sgd.md`, "Modified flows"); read by `lr_corrected`."""
+    g = parser.add_argument_group("finite learning rate (docs/sgd.md, Modified flows)")
+    g.add_argument(
+        "--lr-correction",
+        type=float,
+        default=None,
+        metavar="LR",
+        help="solve the modified flow of gradient descent at step LR instead of "
+        "the flow (gradflow.modified_loss); the loss reported is the original "
+        "one (default: the flow)",
+    )
+    g.add_argument(
+        "--order",
+        type=int,
+        default=1,
+        help="the modified flow's order with --lr-correction: 0 (the flow), 1, 2 "
+        "(default: 1)",
+    )
+
+
+def lr_corrected(args: argparse.Namespace, made: list[tuple]) -> list[tuple]:
+    """`--lr-correction LR --order K`: each `(problem, description)` of `made`
+    as the modified flow of GD at step LR (`gradflow.modified_loss`), the
+    description saying so; `made` itself without `--lr-correction`. Bad values
+    raise a one-line `ValueError` before anything is compiled."""
+    import math
+
+    import gradflow as gf
+
+    if args.lr_correction is None:
+        if args.order != 1:
+            raise ValueError(
+                f"--order {args.order} is the order of --lr-correction; add --lr-correction LR"
+            )
+        return made
+    lr = args.lr_correction
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"--lr-correction must be finite and > 0, got {lr:g}")
+    if args.order not in (0, 1, 2):
+        raise ValueError(f"--order must be 0, 1 or 2, got {args.order}")
+    what = f"modified flow of GD at lr {lr:g}, order {args.order}"
+    return [
+        (gf.modified_loss(problem, lr, args.order), f"{description}; {what}")
+        for problem, description in made
+    ]
+
+
 def add_checkpoint_arguments(parser, command: str) -> None:
     """`--checkpoint PATH`, `--checkpoint-every SECONDS` and `--chunk-steps
     N` ([`gradflow.Run`][]'s `checkpoint`, `checkpoint_every` and

@@ -1,7 +1,6 @@
 """`gradflow run`: integrate one problem's flow, locate its stages, write files
 and figures."""
 
-import math
 import sys
 
 from . import common
@@ -45,23 +44,7 @@ def register(subparsers) -> None:
     )
     add_problem_arguments(p, "run")
     common.add_flow_arguments(p, "run", shown_flow_defaults("run"))
-    g = p.add_argument_group("finite learning rate (docs/sgd.md, Modified flows)")
-    g.add_argument(
-        "--lr-correction",
-        type=float,
-        default=None,
-        metavar="LR",
-        help="solve the modified flow of gradient descent at step LR instead of "
-        "the flow (gradflow.modified_loss); the loss reported is the original "
-        "one (default: the flow)",
-    )
-    g.add_argument(
-        "--order",
-        type=int,
-        default=1,
-        help="the modified flow's order with --lr-correction: 0 (the flow), 1, 2 "
-        "(default: 1)",
-    )
+    common.add_lr_correction_arguments(p)
     common.add_checkpoint_arguments(p, "run")
     common.add_output_arguments(p, "run", "gradflow_run", FILES)
 
@@ -83,28 +66,6 @@ def run(args) -> int:
             loader.join()
 
 
-def _lr_corrected(args, problem, description: str):
-    """`--lr-correction LR --order K`: the modified flow of GD at step LR."""
-    import gradflow as gf
-
-    if args.lr_correction is None:
-        if args.order != 1:
-            raise ValueError(
-                f"--order {args.order} is the order of --lr-correction; add --lr-correction LR"
-            )
-        return problem, description
-    lr = args.lr_correction
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"--lr-correction must be finite and > 0, got {lr:g}")
-    if args.order not in (0, 1, 2):
-        raise ValueError(f"--order must be 0, 1 or 2, got {args.order}")
-    problem = gf.modified_loss(problem, lr, args.order)
-    return problem, (
-        f"{description}; modified flow of GD at lr {args.lr_correction:g}, order "
-        f"{args.order}"
-    )
-
-
 def _run(args) -> int:
     import equinox as eqx
 
@@ -114,8 +75,7 @@ def _run(args) -> int:
     try:
         choice = choose(args, "run")
         choice.fill_defaults(args, "run")
-        ((problem, description),) = choice.build()
-        problem, description = _lr_corrected(args, problem, description)
+        ((problem, description),) = common.lr_corrected(args, choice.build())
         saveat, solver, options = common.flow_options(args)
         out = common.open_output(args, resuming=common.is_file(args.checkpoint))
         traj = gf.flow(

@@ -68,6 +68,7 @@ def register(subparsers) -> None:
         help="members of a device stepped together under vmap (default: 1 on a "
         "CPU, all on a GPU or TPU)",
     )
+    common.add_lr_correction_arguments(p)
     common.add_checkpoint_arguments(p, "sweep")
     common.add_output_arguments(p, "sweep", "gradflow_sweep", "the files above")
 
@@ -166,7 +167,7 @@ def run(args) -> int:
         seeds = parse_seeds(args.seeds)
         args.init_scale = scales
         saveat, solver, _ = common.flow_options(args)
-        built = choice.build()
+        built = common.lr_corrected(args, choice.build())
         grouped = groups(choice, [p for p, _ in built])
         again = any(common.is_file(_checkpoint(args.checkpoint, g)) for g, _ in grouped)
         out = common.open_output(args, resuming=again)
