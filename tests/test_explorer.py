@@ -1,9 +1,10 @@
 """The run explorer (`gradflow.plot.report`, `gradflow report`): the page (self-contained, its data), a run folder with its
-command line, a sweep's phase diagram, the one-line errors; and the page in
-a real browser (headless Chromium driven by Selenium): no console error, the
-slider and the play button move the marker and change the attention panel,
-a stage row moves the time to its stage, a sweep's cell opens its member, and
-the screenshots are not blank.
+command line, a sweep's phase diagram, an ensemble folder's SGD runs, SDE
+band and crossing table, the one-line errors; and the page in a real browser
+(headless Chromium driven by Selenium): no console error, the slider and the
+play button move the marker and change the attention panel, a stage row
+moves the time to its stage, a sweep's cell opens its member, an ensemble's
+band, runs and table are drawn, and the screenshots are not blank.
 
 The browser tests need Debian's `chromium` and `chromium-driver`; without them
 they are skipped, saying so, unless `GRADFLOW_REQUIRE_BROWSER` is set (as
@@ -75,6 +76,62 @@ def test_a_run_folder_gives_its_page(pages, traj):
     assert attention["shape"] == [150, data.D, data.D]
     assert len(base64.b64decode(attention["data"])) == 150 * data.D**2
     assert run["settings"] == json.loads(json.dumps(traj.settings.to_dict()))
+    assert "ensemble" not in run  # a run folder without SGD runs beside it
+
+
+# An ensemble folder as `gradflow sgd --seeds N --sde` writes it: the deep
+# linear network of analysis_data (3-2-3, singular values 3 and 1.5), 3 SGD
+# runs and 3 SDE paths through its first two drops (t1 = 8, 60 saves).
+ENSEMBLE = ["sgd", "--problem", "deep-linear", "--singular-values", "3", "1.5"]
+ENSEMBLE += ["--inputs", "3", "--outputs", "3", "--hidden", "2", "--seeds", "3"]
+ENSEMBLE += ["--sde", "--t1", "8", "--lr", "0.05", "--batch-size", "4"]
+ENSEMBLE += ["--num-saves", "60", "--no-progress", "--no-figures"]
+
+
+@pytest.fixture(scope="module")
+def ensemble_page(tmp_path_factory):
+    from gradflow.cli import main
+
+    folder = tmp_path_factory.mktemp("ensemble")
+    assert main([*ENSEMBLE, "--out", str(folder), "--overwrite"]) == 0
+    return plot.report(folder)
+
+
+def test_an_ensemble_folder_shows_its_runs_band_and_table(ensemble_page, capsys):
+    """Beside the flow's loss: each SGD run's population loss, the SDE's
+    band (10-90 % of its paths, and the median) and the modified flow, at
+    the saved times only (not the parameters); the crossing table is the
+    one `escapes.md` holds, cell for cell."""
+    import gradflow as gf
+
+    capsys.readouterr()
+    folder = ensemble_page.parent
+    run = page_data(ensemble_page)["run"]
+    ens = run["ensemble"]
+    sgd = [gf.load_sgd(folder / f"sgd_run_{s}.npz") for s in range(3)]
+    sde = gf.load_sweep(folder / "sde.npz")
+    assert ens["seeds"] == [0, 1, 2] and len(ens["sgd"]["loss"]) == 3
+    keep = sgd[0].ts > 0
+    assert ens["sgd"]["t"] == pytest.approx(sgd[0].ts[keep], rel=1e-6)
+    for got, r in zip(ens["sgd"]["loss"], sgd, strict=True):
+        assert got == pytest.approx(r.loss[keep], rel=1e-4)
+    band = ens["sde"]
+    assert band["members"] == 3 and ens["band"] == [10, 90]
+    # (within the flow's times: the SDE saves where asked, SGD at whole steps)
+    within = (sde.ts >= sgd[0].ts[keep][0]) & (sde.ts <= sgd[0].ts[-1])
+    assert band["t"] == pytest.approx(sde.ts[within], rel=1e-6)
+    lo, mid, hi = np.quantile(sde.loss[:, within], (0.1, 0.5, 0.9), axis=0)
+    for name, want in (("lo", lo), ("median", mid), ("hi", hi)):
+        assert band[name] == pytest.approx(want, rel=1e-4)
+    modified = gf.load(folder / "modified_flow.npz")
+    assert ens["modified"]["loss"] == pytest.approx(modified.loss[keep], rel=1e-6)
+    lines = (folder / "escapes.md").read_text().strip().splitlines()
+    table = ens["table"]
+    assert " | ".join(table["columns"]) == lines[0].strip("| ")
+    cells = [" | ".join(row[c] for c in table["columns"]) for row in table["rows"]]
+    assert cells == [line.strip("| ") for line in lines[2:]] and len(cells) == 4
+    # the loss curves only: the page stays small
+    assert ensemble_page.stat().st_size < 200_000
 
 
 def test_a_sweep_page_has_its_phase_diagram(pages):
@@ -312,3 +369,45 @@ def test_a_user_problem_s_page_speaks_of_its_own_parts(browser, tmp_path):
     # within the data: the top tick at or below the loss's top, decades down
     assert max(ticks) <= traj.loss.max() and min(ticks) >= traj.loss.min()
     _not_blank(_screenshot(browser, "user_problem", tmp_path))
+
+
+def test_the_ensemble_page_in_a_browser(browser, ensemble_page, tmp_path):
+    """The SDE's band and median, the modified flow, the three SGD runs on
+    top of the flow, their legend, and the crossing table, in the loss
+    panel's axes."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(ensemble_page.as_uri())
+    assert _errors(browser) == []
+    chart = "#loss-svg "
+    for name, count in (("sde-band", 1), ("sde-median", 1), ("flow", 1),
+                        ("modified-flow", 1), ("sgd-run", 3)):  # fmt: skip
+        paths = browser.find_elements(By.CSS_SELECTOR, f"{chart}path.{name}")
+        assert len(paths) == count, name
+        assert all(len(p.get_attribute("d")) > 100 for p in paths), name
+    # the runs on top: drawn after the band and the flow
+    order = browser.execute_script(
+        "return [...document.querySelectorAll('#loss-svg path')].map(p => p.getAttribute('class'))"
+    )
+    assert order.index("sde-band") < order.index("flow") < order.index("sgd-run")
+    keys = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".ensemble-key")]
+    assert keys == [
+        "flow",
+        "modified flow (order 1)",
+        "SDE: 10 %–90 % of its 3 paths at each time (band), median (line)",
+        "SGD: 3 runs (seeds 0, 1, 2)",
+    ]
+    assert browser.find_element(By.ID, "ensemble").is_displayed()
+    heads = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#crossings th")]
+    assert heads[:3] == ["level (fraction of the first drop)", "flow", "modified flow"]
+    rows = browser.find_elements(By.CSS_SELECTOR, "#crossings tbody tr")
+    assert len(rows) == 4 and " ± " in rows[1].text
+    # the loss axis holds every curve: no path leaves the plot's frame
+    box = browser.execute_script(
+        "const r = document.querySelector('#loss-svg rect[fill=none]').getBBox();"
+        "return [...document.querySelectorAll('#loss-svg path')].every(p => {"
+        " const b = p.getBBox(); return b.y >= r.y - 0.5 && b.y + b.height <= r.y + r.height + 0.5; })"
+    )
+    assert box
+    _not_blank(_screenshot(browser, "ensemble", tmp_path))
+    assert _errors(browser) == []

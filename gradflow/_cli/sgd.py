@@ -327,6 +327,8 @@ def _ensembles(args, made, plugin, sgd, out: Output) -> int:
 
     import gradflow as gf
 
+    from .._sgd.compare import modified_flow
+
     problem, description = made
     saveat = gf.SaveAt(gf.default_save_times(args.t1, args.num_saves), stages=False)
     quiet = gf.Run(progress=not args.no_progress)
@@ -349,7 +351,9 @@ def _ensembles(args, made, plugin, sgd, out: Output) -> int:
         saveat=gf.SaveAt(runs[0].ts), run=quiet,
         solver=gf.Solver(args.solver, rtol=args.rtol, atol=args.atol, **extra),
     )  # fmt: skip
-    cmp = gf.compare(traj, runs, sde=sde, modified=True)
+    # gf.compare(..., modified=True)'s modified flow, kept for the explorer
+    modified = modified_flow(traj, sgd.lr)
+    cmp = gf.compare(traj, runs, sde=sde, modified=modified)
     assert isinstance(cmp, gf.EnsembleComparison)
     table = cmp.table()
     summary = {"problem": description, "ensembles": cmp.summary()}
@@ -359,6 +363,7 @@ def _ensembles(args, made, plugin, sgd, out: Output) -> int:
         if sde is not None:
             sde.save(out.path("sde.npz"))
         traj.save(out.path("trajectory.npz"))
+        modified.save(out.path("modified_flow.npz"))
         out.path("escapes.md").write_text(table + "\n")
         if not args.no_figures:
             formats = ("png", "pdf") if args.pdf else ("png",)

@@ -5,7 +5,7 @@ package, with the data embedded as JSON).
 The page is a small hand-written script over embedded data, not a plotting
 library's: plotly.js alone is about 3.5 MB and bokeh's scripts about 1 MB
 (and a Python dependency), where the page's own script and style are about
-25 kB, so the file's size is the data's. It draws with SVG and a canvas
+27 kB, so the file's size is the data's. It draws with SVG and a canvas
 (the heat maps), fetches nothing, and opens offline.
 """
 
@@ -14,6 +14,8 @@ import os
 import shlex
 from importlib import resources
 from pathlib import Path
+
+import numpy as np
 
 from ..._core.files import atomic_write, json_default, version
 from ..._problem.functions import describe
@@ -27,6 +29,11 @@ from . import data
 # The result files of a run folder, in the order they are looked for.
 RUN_FILES = ("trajectory.npz", "sweep.npz", "sgd_run.npz")
 OUTPUT = "report.html"
+# An ensemble folder (`gradflow sgd --seeds N [--sde]`) beside its flow's
+# trajectory.npz: the SGD runs, and optionally the SDE's paths and the
+# modified flow (the page shows their loss curves and the crossing table).
+ENSEMBLE_RUNS = "sgd_run_*.npz"
+ENSEMBLE_FILES = ("sde.npz", "modified_flow.npz")
 
 
 def _asset(name: str) -> str:
@@ -54,6 +61,28 @@ def _command(folder: Path) -> str | None:
     if not isinstance(argv, list):
         return None
     return " ".join(["gradflow", *(shlex.quote(str(a)) for a in argv)])
+
+
+def _ensemble(file: Path, traj) -> dict | None:
+    """The SGD and SDE ensembles of the folder of a flow's `trajectory.npz`
+    (`gradflow sgd --seeds N [--sde]`): their loss curves and crossing table
+    (`data.ensemble_data`), or `None` for a folder without an ensemble."""
+    from ..._sgd.compare import DEFAULT_LEVELS
+    from ..._sgd.ensemble import compare_ensembles
+
+    folder = file.parent
+    named = [(p.stem.removeprefix("sgd_run_"), p) for p in folder.glob(ENSEMBLE_RUNS)]
+    runs = sorted((int(seed), p) for seed, p in named if seed.isdigit())
+    if file.name != RUN_FILES[0] or not runs:
+        return None
+    sde, modified = (load(folder / n) if (folder / n).exists() else None
+                     for n in ENSEMBLE_FILES)  # fmt: skip
+    cmp = compare_ensembles(traj, [load(p) for _, p in runs], sde, modified=modified,
+                            fractions=DEFAULT_LEVELS)  # fmt: skip
+    ts = np.asarray(traj.ts, dtype=float)
+    out = data.ensemble_data(cmp, (float(ts[ts > 0].min()), float(ts.max())))
+    out["seeds"] = [s for s, _ in runs]
+    return out
 
 
 def _where(source) -> tuple[Path | None, Path | None]:
@@ -92,7 +121,14 @@ def report(
     the frames paced by stage, as [`animate`][gradflow.plot.animate]'s); the
     stage table (clicking a row moves the
     time to that stage), the events, the settings, the stats and the
-    command line that made the run. For a sweep: a phase diagram of a value
+    command line that made the run. For the folder of an ensemble (`gradflow
+    sgd --seeds N [--sde]`: `sgd_run_<seed>.npz` beside the flow's
+    `trajectory.npz`, with `sde.npz` and `modified_flow.npz` if there): the
+    stochastic modified equation's band (10 %–90 % of its paths at each
+    time, and their median) around the flow's loss, the modified flow
+    dashed, each SGD run's population loss on top, and the crossing table
+    of [`gradflow.EnsembleComparison`][] (`docs/sgd.md`, "Escape times").
+    For a sweep: a phase diagram of a value
     (the first escape time, the first plateau's length, the start of the
     first focus or new direction, the final loss) over the swept axes, each
     member's cell opening that member's view.
@@ -101,7 +137,8 @@ def report(
 
     - `source`: a run folder written by `gradflow run`, `gradflow sweep` or
       `gradflow sgd` (its `trajectory.npz`, `sweep.npz` or `sgd_run.npz`, and
-      `command.json`), a result file (`.npz` or `.nc`), or a result
+      `command.json`; an ensemble's as above), a result file (`.npz` or
+      `.nc`), or a result
       ([`gradflow.Trajectory`][], [`gradflow.SGDRun`][],
       [`gradflow.Sweep`][]).
     - `path`: the HTML file (default: `report.html` in the run folder, or
@@ -155,6 +192,9 @@ def report(
         page["sweep"] = data.sweep_data(result, frames or 60, title)
     else:
         page["run"] = data.run_data(result, frames or 150, title)
+        ensemble = None if file is None else _ensemble(file, result)
+        if ensemble is not None:
+            page["run"]["ensemble"] = ensemble
     html = _page(page, title)
     atomic_write(out, lambda f: f.write(html.encode("utf-8")))
     return out
@@ -179,4 +219,4 @@ def _page(page: dict, title: str) -> str:
     return text.replace("{{data}}", payload)
 
 
-__all__ = ["OUTPUT", "RUN_FILES", "report"]
+__all__ = ["ENSEMBLE_FILES", "ENSEMBLE_RUNS", "OUTPUT", "RUN_FILES", "report"]

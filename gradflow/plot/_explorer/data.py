@@ -140,6 +140,64 @@ def run_data(result, frames: int, title: str) -> dict:
     }
 
 
+# -- an ensemble: SGD runs and the SDE around the flow -----------------------------
+
+BAND = (0.1, 0.9)  # the SDE's band: these quantiles of its members at each time
+
+
+def markdown_rows(text: str) -> dict:
+    """A Markdown table (`EnsembleComparison.table()`) as `{"columns",
+    "rows"}`: the page shows the very cells of `escapes.md`."""
+    lines = [line.strip().strip("|") for line in text.strip().splitlines()]
+    columns = [c.strip() for c in lines[0].split(" | ")]
+    rows = [
+        dict(zip(columns, (c.strip() for c in line.split(" | ")), strict=True))
+        for line in lines[2:]
+    ]
+    return {"columns": columns, "rows": rows}
+
+
+def ensemble_data(cmp, t_range: tuple[float, float]) -> dict:
+    """An [`EnsembleComparison`][gradflow.EnsembleComparison]'s loss curves
+    as the loss panel draws them (times in `t_range`, the flow's positive
+    times): each SGD run's population loss, the SDE's band (the quantiles
+    `BAND` of its members and their median; not every path), the modified
+    flow's loss; and its crossing table."""
+    import warnings
+
+    lo, hi = t_range
+
+    def within(ts):
+        ts = np.asarray(ts, dtype=float)
+        return (ts >= lo) & (ts <= hi)
+
+    keep = within(cmp.sgd_ts)
+    out = {
+        "sgd": {
+            "t": rounded(cmp.sgd_ts[keep], 7),
+            "loss": [rounded(loss[keep], 5) for loss in cmp.sgd_loss],
+        },
+        "sde": None,
+        "modified": None,
+        "band": [round(100 * q) for q in BAND],
+        "table": markdown_rows(cmp.table()),
+    }
+    if len(cmp.sde_loss):
+        keep = within(cmp.sde_ts)
+        with warnings.catch_warnings():
+            # (a time where every member failed is a gap in the band)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            q = np.nanquantile(cmp.sde_loss[:, keep], (BAND[0], 0.5, BAND[1]), axis=0)
+        out["sde"] = {"t": rounded(cmp.sde_ts[keep], 7), "members": len(cmp.sde_loss),
+                      "lo": rounded(q[0], 5), "median": rounded(q[1], 5),
+                      "hi": rounded(q[2], 5)}  # fmt: skip
+    if cmp.modified_loss is not None:
+        keep = within(cmp.ts)
+        out["modified"] = {"t": rounded(cmp.ts[keep], 7),
+                           "loss": rounded(cmp.modified_loss[keep], 7)}  # fmt: skip
+    return out
+
+
 # -- sweeps ----------------------------------------------------------------------
 
 
@@ -234,4 +292,13 @@ def sweep_data(sw, frames: int, title: str) -> dict:
 
 STAGE_COLOURS = dict(STAGE_COLORS)
 
-__all__ = ["PHASE_VALUES", "STAGE_COLOURS", "rounded", "run_data", "sweep_data"]
+__all__ = [
+    "BAND",
+    "PHASE_VALUES",
+    "STAGE_COLOURS",
+    "ensemble_data",
+    "markdown_rows",
+    "rounded",
+    "run_data",
+    "sweep_data",
+]

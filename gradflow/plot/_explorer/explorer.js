@@ -1,8 +1,9 @@
 // gradflow's run explorer: draws the data embedded in the page (no library,
 // nothing fetched). A run: its loss curve with the stages shaded and a
-// marker at the chosen time, a time slider with a play button, the problem's
-// views at that time, the stage and event tables. A sweep: the phase diagram,
-// each member opening its own run view (#member=i).
+// marker at the chosen time (with an ensemble beside the flow: the SDE's band
+// and the SGD runs on it, and the crossing table), a time slider with a play
+// button, the problem's views at that time, the stage and event tables. A
+// sweep: the phase diagram, each member opening its own run view (#member=i).
 "use strict";
 
 const DATA = JSON.parse(document.getElementById("gradflow-data").textContent);
@@ -35,11 +36,13 @@ function lossChart(host, run) {
   clear(host);
   const W = 1000, H = 250, L = 62, R = 12, T = 10, B = 34;
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: "loss-svg" }, host);
-  const t = run.t, loss = run.loss;
+  const t = run.t, loss = run.loss, ens = run.ensemble || null;
   const lt0 = Math.log10(t[0]), lt1 = Math.log10(t[t.length - 1]);
-  const finite = loss.filter((v) => v !== null);
-  let lo = Math.min(...finite);
-  const hi = Math.max(...finite);
+  // the axis holds every curve drawn: the flow's and an ensemble's
+  let lo = Infinity, hi = -Infinity;
+  for (const curve of [loss, ...ensembleCurves(ens)]) {
+    for (const v of curve) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  }
   // a positive loss spanning more than two decades on a log axis (down to
   // 1e-16 of its top: float64's round-off), else a linear one; the axis
   // stays within the data (a loss that is never negative: not below 0)
@@ -64,8 +67,10 @@ function lossChart(host, run) {
     // a new direction overlaps the other stages: the lower part of the band
     const lower = s.name === "new_direction";
     const top = lower ? T + 0.62 * (H - T - B) : T;
+    // (lighter under an ensemble: its band is drawn over the stages)
+    const opacity = (lower ? 0.35 : 0.22) * (ens ? 0.5 : 1);
     svg("rect", { x: x0, y: top, width: Math.max(x1 - x0, 0.5), height: H - B - top,
-                  fill: colour, "fill-opacity": lower ? 0.35 : 0.22 }, root);
+                  fill: colour, "fill-opacity": opacity }, root);
   }
   for (let k = Math.ceil(lt0); k <= Math.floor(lt1); k++) {
     const xv = x(10 ** k);
@@ -101,7 +106,8 @@ function lossChart(host, run) {
     if (loss[i] === null) continue;
     d += `${d ? "L" : "M"}${x(t[i]).toFixed(1)},${y(loss[i]).toFixed(1)}`;
   }
-  svg("path", { d, fill: "none", stroke: "#000", "stroke-width": 1.6 }, root);
+  if (ens) drawEnsemble(root, ens, x, y, d);
+  else svg("path", { d, fill: "none", stroke: "#000", "stroke-width": 1.6 }, root);
   const cursor = svg("line", { id: "cursor", y1: T, y2: H - B, stroke: "#d62728" }, root);
   const marker = svg("circle", { id: "marker", r: 5, fill: "#d62728" }, root);
   root.addEventListener("click", (ev) => {
@@ -116,6 +122,96 @@ function lossChart(host, run) {
     marker.setAttribute("cx", xv);
     marker.setAttribute("cy", y(run.frames.loss[i]).toFixed(2));
   };
+}
+
+// -- an ensemble around the flow (gradflow sgd --seeds N --sde) -----------------
+
+const ENSEMBLE = { sde: "#1f77b4", sgd: "#ff7f0e" };
+
+function ensembleCurves(ens) {
+  if (!ens) return [];
+  const out = [...ens.sgd.loss];
+  if (ens.sde) out.push(ens.sde.lo, ens.sde.hi);
+  if (ens.modified) out.push(ens.modified.loss);
+  return out;
+}
+
+// a polyline through the points with a value (a gap where there is none)
+function linePath(ts, values, x, y) {
+  let d = "", pen = false;
+  for (let i = 0; i < ts.length; i++) {
+    if (values[i] === null) { pen = false; continue; }
+    d += `${pen ? "L" : "M"}${x(ts[i]).toFixed(1)},${y(values[i]).toFixed(1)}`;
+    pen = true;
+  }
+  return d;
+}
+
+// the band between lo and hi: one closed outline per run of points with both
+function bandPath(ts, lo, hi, x, y) {
+  let d = "", i = 0;
+  while (i < ts.length) {
+    if (lo[i] === null || hi[i] === null) { i++; continue; }
+    let j = i;
+    while (j + 1 < ts.length && lo[j + 1] !== null && hi[j + 1] !== null) j++;
+    for (let k = i; k <= j; k++) d += `${k === i ? "M" : "L"}${x(ts[k]).toFixed(1)},${y(hi[k]).toFixed(1)}`;
+    for (let k = j; k >= i; k--) d += `L${x(ts[k]).toFixed(1)},${y(lo[k]).toFixed(1)}`;
+    d += "Z";
+    i = j + 1;
+  }
+  return d;
+}
+
+// the SDE's band and median around the flow (drawn as flowPath), the
+// modified flow dashed, the SGD runs on top
+function drawEnsemble(root, ens, x, y, flowPath) {
+  if (ens.sde) {
+    const s = ens.sde;
+    svg("path", { d: bandPath(s.t, s.lo, s.hi, x, y), fill: ENSEMBLE.sde, "fill-opacity": 0.3,
+                  stroke: "none", class: "sde-band" }, root);
+    svg("path", { d: linePath(s.t, s.median, x, y), fill: "none", stroke: ENSEMBLE.sde,
+                  "stroke-width": 1, class: "sde-median" }, root);
+  }
+  svg("path", { d: flowPath, fill: "none", stroke: "#000", "stroke-width": 1.6, class: "flow" }, root);
+  if (ens.modified) {
+    svg("path", { d: linePath(ens.modified.t, ens.modified.loss, x, y), fill: "none",
+                  stroke: "#000", "stroke-width": 1.2, "stroke-dasharray": "5 3",
+                  class: "modified-flow" }, root);
+  }
+  for (const loss of ens.sgd.loss) {
+    svg("path", { d: linePath(ens.sgd.t, loss, x, y), fill: "none", stroke: ENSEMBLE.sgd,
+                  "stroke-width": 0.8, "stroke-opacity": 0.75, class: "sgd-run" }, root);
+  }
+}
+
+function ensembleLegend(legend, ens) {
+  const chip = (style, text) => {
+    const span = el("span", { class: "ensemble-key" }, legend);
+    el("i", { style }, span);
+    span.appendChild(document.createTextNode(text));
+  };
+  const line = (colour, dash = "solid") =>
+    `height:0;border-top:2px ${dash} ${colour};border-radius:0;vertical-align:3px`;
+  chip(line("#000"), "flow");
+  if (ens.modified) chip(line("#000", "dashed"), "modified flow (order 1)");
+  if (ens.sde) {
+    const [a, b] = ens.band;
+    chip(`background:${ENSEMBLE.sde};opacity:0.4`,
+         `SDE: ${a} %–${b} % of its ${ens.sde.members} paths at each time (band), median (line)`);
+  }
+  chip(line(ENSEMBLE.sgd), `SGD: ${ens.sgd.loss.length} runs (seeds ${ens.seeds.join(", ")})`);
+}
+
+function showEnsemble(ens) {
+  const section = document.getElementById("ensemble");
+  section.hidden = !ens;
+  if (!ens) return;
+  const sde = ens.sde ? ` and ${ens.sde.members} paths of the stochastic modified equation` : "";
+  document.getElementById("ensemble-what").textContent =
+    `The population loss of ${ens.sgd.loss.length} SGD runs${sde}, all from the flow's start; ` +
+    "each level's crossing times, mean ± standard deviation over the members " +
+    "(docs/sgd.md, Escape times).";
+  table(document.getElementById("crossings"), ens.table.columns, ens.table.rows);
 }
 
 function nearestFrame(times, tv) {
@@ -302,6 +398,8 @@ function showRun(run) {
     el("i", { style: `background:${DATA.stage_colors[name] || "#ccc"}` }, chip);
     chip.appendChild(document.createTextNode(name.replace("_", " ")));
   }
+  if (run.ensemble) ensembleLegend(legend, run.ensemble);
+  showEnsemble(run.ensemble);
   const updates = [lossChart(document.getElementById("loss-chart"), run)];
   const views = document.getElementById("views");
   clear(views);
