@@ -358,3 +358,21 @@ def test_compare_reports_modified_and_ensemble_crossings():
     assert "| SDE mean ± std |" in ens.table()
     with pytest.raises(ValueError, match="sde= compares an ensemble"):
         gf.compare(flow, gd, sde=sde)
+
+
+def test_ensemble_figure_without_sde_members_draws_no_band():
+    """`gradflow sgd --seeds N` without `--sde`: the figure draws the SGD
+    runs and the flow, no SDE band (and no warning of an empty quantile)."""
+    from types import SimpleNamespace
+
+    ts = np.linspace(0.0, 4.0, 41)
+    flow = SimpleNamespace(ts=ts, loss=2.0 - np.tanh(ts - 2.0), problem=None, stages=())
+    runs = [
+        SimpleNamespace(ts=ts, loss=2.0 - np.tanh(ts - 2.0 - s)) for s in (0.1, 0.2)
+    ]
+    ens = gf.compare(flow, runs)
+    assert isinstance(ens, gf.EnsembleComparison) and len(ens.sde_loss) == 0
+    fig = ens.figure()
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "SGD runs" in labels and not any(x.startswith("SDE") for x in labels)
+    assert np.isnan(ens.sde_mean).all()

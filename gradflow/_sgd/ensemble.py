@@ -127,22 +127,23 @@ class EnsembleComparison(eqx.Module):
 
     def figure(self, title: str | None = None):
         """The SDE's band (10 %–90 % of its members at each time, and its
-        median) around the flow, the SGD runs on top, the modified flow
-        dashed, over the window of the first drop; the crossing times below
-        as points with their means and standard deviations."""
+        median; none without members) around the flow, the SGD runs on top
+        (drawn over the flows), the modified flow dashed, over the window of
+        the first drop; the crossing times below as points with their means
+        and standard deviations."""
         from ..plot._base import pyplot
 
         fig, (ax, bx) = pyplot().subplots(
             2, 1, figsize=(10, 6.5), height_ratios=(2, 1), layout="constrained"
         )
-        pos = np.ones(self.sde_ts.shape, bool)
-        lo, mid, hi = np.nanquantile(self.sde_loss[:, pos], (0.1, 0.5, 0.9), axis=0)
-        ax.fill_between(self.sde_ts[pos], lo, hi, color="C0", alpha=0.3, lw=0,
-                        label="SDE, 10 %-90 % of members")  # fmt: skip
-        ax.plot(self.sde_ts[pos], mid, "C0-", lw=1, label="SDE, median")
+        if len(self.sde_loss):  # (no band without SDE members: --seeds alone)
+            lo, mid, hi = np.nanquantile(self.sde_loss, (0.1, 0.5, 0.9), axis=0)
+            ax.fill_between(self.sde_ts, lo, hi, color="C0", alpha=0.3, lw=0,
+                            label="SDE, 10 %-90 % of members")  # fmt: skip
+            ax.plot(self.sde_ts, mid, "C0-", lw=1, label="SDE, median")
         spos = np.ones(self.sgd_ts.shape, bool)
         for i, loss in enumerate(self.sgd_loss):
-            ax.plot(self.sgd_ts[spos], loss[spos], "C1-", lw=0.6, alpha=0.8,
+            ax.plot(self.sgd_ts[spos], loss[spos], "C1-", lw=0.6, alpha=0.8, zorder=3,
                     label="SGD runs" if i == 0 else None)  # fmt: skip
         fpos = np.ones(self.ts.shape, bool)
         ax.plot(self.ts[fpos], self.flow_loss[fpos], "k-", lw=2, label="flow")
