@@ -43,7 +43,8 @@ def scaled_normal(key, shape: tuple[int, ...], scale: float, dtype) -> jax.Array
     n = math.prod(shape)
     size = max(_MIN_DRAW, 1 << max(n - 1, 0).bit_length())
     flat = np.asarray(_flat_normal(key, size, jnp.dtype(dtype)))[:n]
-    return jnp.asarray(flat.reshape(shape) * np.asarray(scale, dtype=flat.dtype))
+    # device_put: jnp.asarray of a host array compiles once per shape
+    return jax.device_put(flat.reshape(shape) * np.asarray(scale, dtype=flat.dtype))
 
 
 __all__ = ["scaled_normal"]

@@ -108,7 +108,7 @@ def make_observer(setup: FlowSetup) -> Observer:
             ell = float(given)
         if setup.at_start is not None:
             q0 = start_speed(setup.at_start, ell)
-            still = jnp.asarray(q0 <= saveat.thresholds.escape_speed)
+            still = jax.device_put(np.asarray(q0 <= saveat.thresholds.escape_speed))
     return Observer(
         stages=saveat.stages,
         thresholds=saveat.thresholds,
@@ -157,7 +157,8 @@ def solve_spec(setup: FlowSetup, observer: Observer) -> Spec:
 
 
 def event_record(observer: Observer, crossing: Crossing, problem) -> EventRecord:
-    loss = float(_loss(problem, jax.tree.map(jnp.asarray, crossing.y)))
+    # (device_put: jnp.asarray of host arrays compiles once per shape)
+    loss = float(_loss(problem, jax.tree.map(jax.device_put, crossing.y)))
     return EventRecord(name=observer.names[crossing.index], t=crossing.t, loss=loss)
 
 

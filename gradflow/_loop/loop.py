@@ -139,9 +139,12 @@ def init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
 
     Every leaf is a strongly typed array, like the states `run_chunk` returns:
     a Python scalar or a weakly typed leaf (Diffrax's initial controller state
-    has both) would make the first chunk compile once more."""
+    has both) would make the first chunk compile once more. (`device_put`
+    of a host copy, not `jnp.asarray`: in JAX 0.10 the latter compiles a
+    tiny `jit(stage)` per new shape and dtype, 17 of a warm start's
+    compilations here.)"""
     state = _init_state(spec, y0=y0, args=args, t0=t0, t1=t1, ts=ts)
-    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)
+    return jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state)
 
 
 @eqx.filter_jit
@@ -263,7 +266,8 @@ def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
 def make_controller(rtol, atol) -> ResumableController:
     # Tolerances as arrays: floats would be static and recompile for each value.
     return ResumableController(  # pyright: ignore[reportCallIssue]
-        dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol))
+        # (device_put: no tiny compilation, and weakly typed as jnp.asarray's)
+        dfx.PIDController(rtol=jax.device_put(rtol), atol=jax.device_put(atol))
     )
 
 

@@ -254,9 +254,10 @@ def observe_saves(
     for lo in range(0, T, size):
         hi = min(lo + size, T)
         idx = np.minimum(np.arange(lo, lo + size), hi - 1)
-        # gathered on the host (a device gather compiles once per shape)
+        # gathered on the host (a device gather compiles once per shape) and
+        # put on the device without compiling (jnp.asarray would, per shape)
         batch_params = jax.tree.map(
-            lambda x, i=idx: jnp.asarray(np.asarray(x)[i]), params
+            lambda x, i=idx: jax.device_put(np.asarray(x)[i]), params
         )
         out = _observe_many(problem, batch_params)
         chunks.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})

@@ -155,14 +155,30 @@ def _softmax(x: Array) -> tuple[Array, Array]:
     return ex * (1 / s), jnp.log(s[:, 0]) + xmax[:, 0]
 
 
+def _exp_rows(x: Array) -> tuple[Array, Array]:
+    """The row softmax unnormalised: `exp(x - rowmax)` and the reciprocal
+    of its row sums, `(b, 1)`; `softmax = ex * r`.
+
+    The gradient keeps the attention in this form: each use of it is a row
+    scaling of something smaller or fused (`A E^T = (ex E^T) r`,
+    `G^T A = (r G)^T ex`, `A * X = ex * (r X)`), so the `(b, d)` pass that
+    would normalise it is not made (one `(b, d)` fusion fewer per block,
+    8 % fewer bytes in XLA's cost analysis of the compiled gradient at
+    d = 1,024, m = 32). The HVP keeps `A` normalised: written this way
+    there, XLA materialised `r` as a `(b, d)` broadcast and accessed more
+    bytes, not fewer."""
+    ex = jnp.exp(x - jnp.max(x, axis=1, keepdims=True))
+    return ex, 1 / jnp.sum(ex, axis=1, keepdims=True)
+
+
 def _forward(Qb, K, logpi, ET, W1T):
-    """One block's attention, hidden states, logits, their softmax and
-    logsumexp."""
-    A, _ = _softmax(Qb @ K + logpi)  # (b, d)
-    H = A @ ET  # (b, m)
+    """One block's unnormalised attention `ex` with its row scale `r`
+    (`A = ex * r`), hidden states, logits, their softmax and logsumexp."""
+    ex, r = _exp_rows(Qb @ K + logpi)  # (b, d), (b, 1)
+    H = (ex @ ET) * r  # (b, m)
     Z = H @ W1T  # (b, d)
     sm, lse = _softmax(Z)
-    return A, H, Z, sm, lse
+    return ex, r, H, Z, sm, lse
 
 
 def _loss_terms(Z, lse, Pb, pib) -> Scalar:
@@ -198,7 +214,7 @@ def population_loss_and_grad(
 
         def loss_body(L, x):
             Qb, pib, Pb = x
-            _, _, Z, _, lse = _forward(Qb, K, logpi, ET, W1T)
+            _, _, _, Z, _, lse = _forward(Qb, K, logpi, ET, W1T)
             return L + _loss_terms(Z, lse, Pb, pib), None
 
         L, _ = _scan_blocks(loss_body, zero, block, P, Q.T, pi)
@@ -207,14 +223,14 @@ def population_loss_and_grad(
     def body(carry, x):
         L, gW1t, gE, gK = carry
         Qb, pib, Pb = x
-        A, H, Z, sm, lse = _forward(Qb, K, logpi, ET, W1T)
+        ex, r, H, Z, sm, lse = _forward(Qb, K, logpi, ET, W1T)  # A = ex * r
         L = L + _loss_terms(Z, lse, Pb, pib)
         GZ = pib[:, None] * (sm - Pb)  # (b, d)
         gW1t = gW1t + _t_dot(H, GZ)  # (m, d): dW1^T
         GH = GZ @ W1  # (b, m)
-        gE = gE + _t_dot(GH, A)  # (m, d)
+        gE = gE + _t_dot(GH * r, ex)  # (m, d): G_H^T A
         c = jnp.sum(GH * H, axis=1, keepdims=True)
-        GS = A * (GH @ W0 - c)  # (b, d)
+        GS = ex * ((GH @ W0 - c) * r)  # (b, d): A * (G_H E - c)
         gK = gK + _t_dot(Qb, GS)  # (m, d)
         return (L, gW1t, gE, gK), GS @ KT  # dQ of the block, (b, m)
 
@@ -274,9 +290,11 @@ def population_loss_grad_and_hvp(
         Z = H @ W1T
         sm, lse = _softmax(Z)
         L = L + _loss_terms(Z, lse, Pb, pib)
-        dZ = jnp.concatenate([H, dH], axis=1) @ V1W1T  # H V1^T + dH W1^T
+        # pi_i dZ = pi_i (H V1^T + dH W1^T): pi scales the (b, 2m) factor, so
+        # that no (b, d) broadcast of it is made
+        pdZ = (pib[:, None] * jnp.concatenate([H, dH], axis=1)) @ V1W1T
         GZ = pib[:, None] * (sm - Pb)
-        dGZ = pib[:, None] * sm * (dZ - jnp.sum(sm * dZ, axis=1, keepdims=True))
+        dGZ = sm * (pdZ - jnp.sum(sm * pdZ, axis=1, keepdims=True))
         gW1t = gW1t + _t_dot(H, GZ)
         hW1t = hW1t + _t_dot(dH, GZ) + _t_dot(H, dGZ)
         GH = GZ @ W1  # (b, m)

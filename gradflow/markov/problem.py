@@ -205,7 +205,7 @@ class MarkovAttention(SampledProblem, StagedProblem, BoundedProblem, EnumeratedP
         extras = dict(obs)
         if self.saves_attention:
             extras["attention"] = np.asarray(
-                _attention_many(jax.tree.map(jnp.asarray, params), problem_dt.chain)
+                _attention_many(jax.tree.map(jax.device_put, params), problem_dt.chain)
             )
         return Analysis(stages=stages, events=events, extras=extras)
 
