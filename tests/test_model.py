@@ -184,6 +184,18 @@ def test_init_params_draws_are_jax_random_normal():
         np.testing.assert_array_equal(p.W0, direct)
 
 
+def test_random_params_draws_are_jax_random_normal():
+    # the tests' own starts (tests/conftest.py) draw flat as init_params does,
+    # one compilation per size; the numbers are the direct draws', exactly
+    p = random_params(4, 3, 0.05, 22)
+    keys = jax.random.split(jax.random.key(22), 4)
+    shapes = [(3, 4), (4, 3), (3, 3), (3, 3)]
+    for x, key, shape in zip(jax.tree.leaves(p), keys, shapes, strict=True):
+        direct = 0.05 * jax.random.normal(key, shape)
+        np.testing.assert_array_equal(x, direct)
+        assert x.dtype == direct.dtype
+
+
 def test_init_params_distribution_and_determinism():
     p = gf.init_params(50, 40, 0.01, seed=3)
     q = gf.init_params(50, 40, 0.01, seed=3)

@@ -26,6 +26,14 @@ device. The first lane traces and compiles the chunk (shared with a solo run
 of the same shapes, and with JAX's persistent cache); the other lanes start
 once it has finished its first chunk, so they compile the traced program
 for their devices while the first one already steps.
+
+A lane computes under `jax.default_device(device)` and leaves a member's
+arrays uncommitted (placed on no device in particular), as a solo run's are:
+`jax.jit` moves them to the lane's device, and the chunk is lowered exactly
+as a solo run's. Arrays put on a device (`jax.device_put(x, device)`,
+committed) would lower to another program, annotated with their device's
+sharding, which no solo run shares: the same chunk would be compiled once
+for the solo runs and again for the sweeps.
 """
 
 import collections
@@ -64,13 +72,16 @@ def _host(x) -> np.ndarray:
 
 def _emptied(ws: WatchState, device) -> WatchState:
     """`empty_buffer` of the watch state, computed on the host (no program
-    to compile per device): the values it gives, exactly."""
+    to compile per device): the values it gives, exactly; committed to
+    `device` only where the state was (uncommitted arrays go to the lane's
+    default device)."""
     count, t, index = _host(ws.count), _host(ws.t), _host(ws.index)
+    target = device if getattr(ws.count, "committed", False) else None
     return eqx.tree_at(
         lambda s: (s.count, s.t, s.index),
         ws,
         tuple(
-            jax.device_put(x, device)
+            jax.device_put(x, target)
             for x in (
                 np.zeros_like(count),
                 np.full_like(t, np.inf),
@@ -81,9 +92,17 @@ def _emptied(ws: WatchState, device) -> WatchState:
 
 
 def _put(tree, device):
-    """The array leaves of `tree` on `device` (the rest kept)."""
+    """`tree` for a lane on `device`: its committed arrays put on `device`;
+    the uncommitted ones (a solo run's kind) left as they are, for `jax.jit`
+    to move to the lane's default device (see the module's docstring)."""
+
+    def one(x):
+        if isinstance(x, jax.Array) and x.committed:
+            return jax.device_put(x, device)
+        return x
+
     arrays, rest = eqx.partition(tree, eqx.is_array)
-    return eqx.combine(jax.device_put(arrays, device), rest)
+    return eqx.combine(jax.tree.map(one, arrays), rest)
 
 
 class LaneJob(Job):
@@ -149,9 +168,11 @@ class LaneJob(Job):
             if k > 0:
                 # trace once (lane 0); the others compile the traced program
                 self._first_chunk.wait()
-            ts, t1 = _put(self.ts, device), _put(self.t1, device)
-            while (i := self._next_member()) is not None:
-                self._run_member(i, device, ts, t1)
+            # (JAX's default device is set per thread)
+            with jax.default_device(device):
+                ts, t1 = _put(self.ts, device), _put(self.t1, device)
+                while (i := self._next_member()) is not None:
+                    self._run_member(i, device, ts, t1)
         except BaseException as e:  # noqa: BLE001  (raised again by the driver)
             with self._cond:
                 if self._error is None:
