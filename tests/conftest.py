@@ -56,50 +56,6 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 
-def _share_compilations_between_cpu_devices() -> None:
-    """One compilation of a one-device program for all the host's CPU devices.
-
-    A sweep's members run one by one on every CPU device at once, each lane
-    through the solo run's compiled chunk (`gradflow/_sweep/lanes.py`); XLA
-    compiles a program for one device, so each lane compiled the same chunk
-    again (the same program, 5-30 s each). JAX's persistent cache keys an
-    executable by its device as well, except on GPUs, where it leaves the
-    device out and loads the executable onto the device asked for. Here the
-    device is left out of the key of one-device programs on the CPU too: a
-    second device loads the first one's executable (the same machine code; the
-    same numbers, which `tests/test_sweep.py` checks bit for bit against a
-    solo run on device 0). Programs over several devices keep their key.
-    Without the private function (another JAX), nothing changes but the
-    time."""
-    try:
-        from jax._src import cache_key
-    except ImportError:
-        return
-    hash_options = getattr(cache_key, "_hash_serialized_compile_options", None)
-    if hash_options is None:
-        return
-
-    def one_key_for_every_cpu_device(
-        hash_obj, compile_options, strip_device_assignment=False
-    ):
-        assignment = compile_options.device_assignment
-        if (
-            assignment is not None
-            and assignment.replica_count() == 1
-            and assignment.computation_count() == 1
-            and jax.default_backend() == "cpu"
-        ):
-            strip_device_assignment = True
-        return hash_options(
-            hash_obj, compile_options, strip_device_assignment=strip_device_assignment
-        )
-
-    cache_key._hash_serialized_compile_options = one_key_for_every_cpu_device
-
-
-_share_compilations_between_cpu_devices()
-
-
 def tree_allclose(x, y, *, rtol=1e-5, atol=1e-8):
     """Whether two pytrees have the same structure and close leaves."""
     xs, xdef = jax.tree.flatten(x)
