@@ -1,5 +1,6 @@
 import atexit
 import functools
+import gc
 import math
 import os
 import shutil
@@ -159,6 +160,33 @@ def _on_event(event: str, **_) -> None:
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
 jax.monitoring.register_event_listener(_on_event)
+
+
+# A test worker compiles thousands of programs, and XLA:CPU maps each
+# executable's code into memory: a worker of the whole default tier reached
+# 59,000 memory maps (`/proc/<pid>/maps`) after 17 minutes, against Linux's
+# default limit of 65,530 (`vm.max_map_count`), and past it XLA aborts or
+# segfaults inside a compilation (seen twice, late in a fresh-clone `.ci/run`,
+# in `executable.serialize()`). After each test file the worker drops JAX's
+# in-memory caches once it holds more than `_MAX_MAPS` maps: what a later
+# file needs again loads from the session's persistent cache.
+_MAX_MAPS = 30_000
+
+
+def _maps() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _few_enough_memory_maps():
+    yield
+    if _maps() > _MAX_MAPS:
+        jax.clear_caches()
+        gc.collect()  # the executables are freed with their last reference
 
 
 def pytest_sessionfinish(session):
