@@ -62,7 +62,7 @@ class StageThresholds(eqx.Module):
       generic stages and the saddle events of every problem that is not a
       [`gradflow.StagedProblem`][], whose speed is scale-free: the loss's
       fall per unit $\log t$ against its own level above the floor,
-      $s = -\frac{d\log(L - L_{\text{floor}})}{d\log t}$ ([`loss_level`][];
+      $s = -\frac{d\log(L - L_{\text{floor}})}{d\log t}$ (`loss_level`;
       `docs/stages.md`, "Scale-free plateaus"): a plateau is entered where the
       loss falls by less than 10 % of its height per e-fold of $t$, left where
       it falls by more than 20 % (measured: at most 0.09 on the plateaus of
@@ -410,7 +410,7 @@ def stages_and_rests(
 
     - `plateau`: from the speed $s = -\frac{dL}{d\log t}/\lambda$ (the loss's
       fall per unit $\log t$ against its level $\lambda$ above `floor`,
-      [`loss_level`][]; the loss scale $\ell$ where `floor` is `None`) falling through
+      `loss_level`; the loss scale $\ell$ where `floor` is `None`) falling through
       `entry_speed` to its rising through `escape_speed`, where `saddle`
       finds a saddle there; a flow that starts still (`start_still`: a start
       near a critical point, `gradflow/_problem/curvature.py`; `None`: the
