@@ -96,10 +96,16 @@ def save_figure(
     given), closes it, and returns the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
+    # A figure with a layout engine (the constrained layout) already fits its
+    # page, legends beside the panels included: it is saved as laid out. The
+    # tight box would measure every artist once more after the layout (a
+    # third of the saving, taken under load; docs/performance.md, "Figures").
+    # One laid out by `tight_layout` or not at all is cropped to what it draws.
+    tight = None if fig.get_layout_engine() is not None else "tight"
     paths = []
     for ext in formats:
         path = stem.with_suffix(f".{ext}")
-        fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches="tight")
+        fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches=tight)
         paths.append(path)
     pyplot().close(fig)
     return paths
