@@ -243,8 +243,16 @@ def _write_gif(path: Path, images, fps: int) -> None:
     picks = images[:: max(1, len(images) // 8)]
     strip = Image.fromarray(np.concatenate(picks, axis=0)).convert("RGB")
     palette = strip.quantize(colors=255, method=Image.Quantize.MEDIANCUT)
-    frames = [Image.fromarray(im).convert("RGB").quantize(palette=palette, dither=Image.Dither.NONE)
-              for im in images]  # fmt: skip
+    # the held last frame is one array, given `fps` times: indexed once
+    indexed = {}
+    for im in images:
+        if id(im) not in indexed:
+            indexed[id(im)] = (
+                Image.fromarray(im)
+                .convert("RGB")
+                .quantize(palette=palette, dither=Image.Dither.NONE)
+            )
+    frames = [indexed[id(im)] for im in images]
     atomic_write(path, lambda f: frames[0].save(
         f, format="GIF", save_all=True, append_images=frames[1:],
         duration=round(1000 / fps), loop=0,
@@ -301,9 +309,10 @@ class _Film:
         self.cursor = ax.axvline(self.times[0], color="#d62728", lw=1.0)
         (self.dot,) = ax.plot([self.times[0]], [marked[0]], "o", color="#d62728", ms=6)
         self.heading = ax.set_title("", fontsize=11, fontweight="bold", loc="left")
-        # the legend lies above the moving marker: it is drawn again over the
-        # marker on the frames where the marker crosses it (`draw`)
+        # the legend lies above the moving marker: the cursor stops below it,
+        # and the legend is drawn again over the dot (`_under_legend`)
         self.legend = legend
+        self.legend_box = None
         self.animated = [self.cursor, self.dot, self.heading]
 
     def draw(self, i: int) -> np.ndarray:
@@ -325,15 +334,36 @@ class _Film:
             self.background = canvas.copy_from_bbox(self.fig.bbox)  # pyright: ignore[reportAttributeAccessIssue]
         else:
             canvas.restore_region(self.background)  # pyright: ignore[reportAttributeAccessIssue]
+        legend = self._under_legend()
         for artist in self.animated:
             self.fig.draw_artist(artist)
-        box = self.legend.get_window_extent()
-        x = self.cursor.get_window_extent().x0
-        if box.x0 - 8 <= x <= box.x1 + 8:  # within the marker's radius of it
+        if legend:
             self.fig.draw_artist(self.legend)
         # RGBA as drawn (one contiguous copy; dropping alpha here was a strided
         # copy costing as much as a third of the drawing): the encoders take it
         return np.asarray(canvas.buffer_rgba()).copy()  # pyright: ignore[reportAttributeAccessIssue]
+
+    def _under_legend(self) -> bool:
+        """Whether the legend must be drawn again over the marker. Where the
+        cursor passes under the legend, it stops one pixel below it (the
+        background holds the legend: the frame looks as if the legend were
+        drawn over the line, but for the line's faint trace through the
+        legend's translucent frame); only the dot within reach of the legend
+        has the legend drawn again, which costs as much as all the other text
+        of a frame (its layout is found anew each time)."""
+        self.cursor.set_ydata([0, 1])
+        if self.legend_box is None:  # where the first frame's layout put it
+            self.legend_box = self.legend.get_window_extent()
+        box = self.legend_box
+        x = self.cursor.get_window_extent().x0
+        if not box.x0 - 8 <= x <= box.x1 + 8:  # the marker's radius off it
+            return False
+        if self.dot.get_window_extent().y1 >= box.y0 - 8:
+            return True
+        axes = self.cursor.axes.transAxes.inverted()
+        # one pixel below the legend's frame: the line's cap stays off it
+        self.cursor.set_ydata([0, axes.transform((x, box.y0 - 1))[1]])
+        return False
 
     def close(self) -> None:
         self.fig.clear()
@@ -361,20 +391,24 @@ def _draw_view(ax, view: View):
 
 
 def _draw_heatmap(ax, view: Heatmap):
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import LogNorm, Normalize
 
     hi = view.vmax if view.vmax > view.vmin else view.vmin + 1.0
     norm = LogNorm(view.vmin, hi) if view.log else Normalize(view.vmin, hi)
-    image = ax.imshow(view.values[0], cmap=view.cmap, norm=norm, aspect="auto",
-                      interpolation="nearest")  # fmt: skip
-    ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02).ax.tick_params(
+    colors = ScalarMappable(norm, view.cmap)
+    # every frame's colours at once (a few entries each): the image then only
+    # scales them up, instead of colour-mapping its pixels every frame
+    rgba = colors.cmap(norm(view.values), bytes=True)
+    image = ax.imshow(rgba[0], aspect="auto", interpolation="nearest")
+    ax.figure.colorbar(colors, ax=ax, fraction=0.05, pad=0.02).ax.tick_params(
         labelsize=7
     )
     _ticks(ax, view.rows, view.cols)
     ax.set_xlabel(view.xlabel, fontsize=8)
     ax.set_ylabel(view.ylabel, fontsize=8)
     # the frame of the axes lies above the image
-    return lambda i: image.set_data(view.values[i]), [image, *ax.spines.values()]
+    return lambda i: image.set_data(rgba[i]), [image, *ax.spines.values()]
 
 
 def _draw_scatter(ax, view: Scatter):

@@ -96,10 +96,23 @@ def save_figure(
     given), closes it, and returns the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
+    # A figure with a layout engine (the constrained layout) already fits its
+    # page, legends beside the panels included: it is saved as laid out. The
+    # tight box would measure every artist once more after the layout (a
+    # quarter of the paper's three figures' saving, taken under load;
+    # docs/performance.md, "Everyday speed"). One laid out by `tight_layout`
+    # or not at all is cropped to what it draws.
+    tight = None if fig.get_layout_engine() is not None else "tight"
     paths = []
     for ext in formats:
         path = stem.with_suffix(f".{ext}")
-        fig.savefig(path, dpi=150 if ext == "png" else None, bbox_inches="tight")
+        if ext == "png":
+            # zlib level 3, not Pillow's 6: the same pixels, written in half
+            # the time, the file a fifth larger
+            fig.savefig(path, dpi=150, bbox_inches=tight,
+                        pil_kwargs={"compress_level": 3})  # fmt: skip
+        else:
+            fig.savefig(path, bbox_inches=tight)
         paths.append(path)
     pyplot().close(fig)
     return paths
