@@ -52,6 +52,7 @@ def _integrate(
     max_steps=4_000_000,
     checkpoint=None,
     checkpoint_every=120.0,
+    ts=None,
     **kwargs,
 ):
     """`gf.integrate` of the sticky chain with the `tick` event, chunks of 60
@@ -60,7 +61,7 @@ def _integrate(
     return gf.integrate(
         chain,
         SCALE,
-        saveat=gf.SaveAt(stages=stages, events=[tick], callbacks=callbacks),
+        saveat=gf.SaveAt(ts, stages=stages, events=[tick], callbacks=callbacks),
         solver=gf.Solver(solver, rtol=rtol, max_steps=max_steps),
         run=gf.Run(
             progress=False,
@@ -171,6 +172,33 @@ def test_resume_after_crash_is_bit_identical(reference, tmp_path, stages, crash_
     resumed = _integrate(stages=stages, checkpoint=ck)
     assert 0 < resumed.stats.resumed_from < T1
     assert_same_trajectory(reference[stages], resumed)
+
+
+def test_checkpoint_with_the_save_buffer_of_before_its_floor_resumes(
+    tmp_path, monkeypatch
+):
+    # A checkpoint written before the save buffer had its floor of 1,024 saves
+    # (`loop.save_buffer_size`: 200 saves took 256) resumes, its buffer padded
+    # (`loop.fit_save_buffer`), and ends bit for bit as an uninterrupted run.
+    # The run with the old length compiles its own chunk; the others share
+    # the reference's (one buffer of 1,024 for 798 saves and for 200).
+    from gradflow._loop import loop
+
+    ts = np.linspace(0.0, T1, 200)
+    uninterrupted = _integrate(ts=ts)
+    ck = tmp_path / "old.ckpt.npz"
+    with monkeypatch.context() as m:
+        m.setattr(loop, "SAVE_BUFFER_NUMBERS", 0)  # no floor: the old lengths
+        with pytest.raises(_Crash, match="simulated crash"):
+            _integrate(
+                ts=ts, callbacks=[_at_event(4)], checkpoint=ck, checkpoint_every=0
+            )
+    with np.load(ck) as f:
+        lengths = {f[k].shape[:1] for k in f.files if k.startswith("state/")}
+    assert (256,) in lengths and (1024,) not in lengths  # the old buffer
+    resumed = _integrate(ts=ts, checkpoint=ck)
+    assert 0 < resumed.stats.resumed_from < T1
+    assert_same_trajectory(uninterrupted, resumed)
 
 
 def test_finished_checkpoint_returns_without_solving(reference, tmp_path):

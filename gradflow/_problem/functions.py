@@ -236,7 +236,9 @@ def observe_saves(
     `OBSERVE_BATCH_ENTRIES` (`2**24`) entries of one point's largest
     intermediate in all, of a
     bucketed length (the last point repeated): one compilation serves every
-    length above the batch, and one each bucket of `save_buffer_size` below.
+    length above the batch, and one each bucket of `save_buffer_size` below
+    (whose floor makes the batch of a model of at most 1,024 parameters
+    `batch` long, so it compiles once for every number of saves).
     **Returns:** a dict of NumPy arrays with a leading time axis (`{}` when
     nothing is observed).
     """
@@ -249,7 +251,8 @@ def observe_saves(
             f"params with leading axes {sorted({np.shape(x)[:1] for x in leaves})}"
         )
     one = jax.tree.map(lambda x: x[0], params)
-    size = min(batch, save_buffer_size(T), observe_batch(one))
+    per_point = sum(int(np.size(x)) for x in jax.tree.leaves(one))
+    size = min(batch, save_buffer_size(T, per_point), observe_batch(one))
     chunks = []
     for lo in range(0, T, size):
         hi = min(lo + size, T)
