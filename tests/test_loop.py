@@ -13,7 +13,6 @@ import gradflow as gf
 # these tests vmap the chunk function directly and check the rule on sizes no
 # test could afford to solve (private import: the loop itself is under test).
 from gradflow._loop import loop
-from gradflow._loop.checkpoint import unpack_tree as gf_unpack
 
 
 CHAIN = gf.chains.sticky(3, 0.5, 0.5, 0.05)
@@ -51,7 +50,8 @@ def test_second_solve_compiles_nothing(stages):
     later = gf.SaveAt(gf.default_save_times(250.0), stages=stages)
     # and another number of saves: a small model's save buffer holds at least
     # 1,024 saves (`loop.save_buffer_size`), so 240 saves share the chunk
-    # (the observations too, in batches of 512: `observe_saves`; only the
+    # (the observations, `observe_saves`, keep their batches of today's
+    # buckets: another batch length can change their last bit; they and the
     # attention matrices of the saves, `_attention_many`, compile per length)
     fewer = gf.SaveAt(np.linspace(0.0, 200.0, 240), stages=stages)
     with _Compiles() as c:
@@ -63,7 +63,7 @@ def test_second_solve_compiles_nothing(stages):
         few = gf.integrate(SCENARIO, 1e-3, seed=0, saveat=fewer, **SCENARIO_KW)
     assert traj.ok and again.ok and again.t_final == 250.0
     assert few.ok and len(few.ts) == 240
-    assert c_few.events in ([], ["jit(attention_summary)"]), c_few.events
+    assert not {"jit(_advance)", "jit(_init_state)"} & set(c_few.events), c_few.events
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 
@@ -173,11 +173,17 @@ def test_a_save_buffer_of_another_length_is_cut_or_padded():
             running=np.ones(batch, bool), solver_result=np.zeros(batch),
         )  # fmt: skip
 
+    def unpack(arrays, like):  # the inverse of loop.pack_state
+        leaves, treedef = jax.tree.flatten(like)
+        return jax.tree.unflatten(
+            treedef, [arrays[f"state/{i}"] for i in range(len(leaves))]
+        )
+
     for batch in [(), (2,)]:
         old = loop.pack_state(state(256, batch))
         like = state(1024, batch)
         fit = loop.fit_save_buffer(old, like)
-        back = gf_unpack("state", fit, like)
+        back = unpack(fit, like)
         n = len(batch)
         np.testing.assert_array_equal(
             back.saved["loss"][..., :256], state(256, batch).saved["loss"]
@@ -187,7 +193,7 @@ def test_a_save_buffer_of_another_length_is_cut_or_padded():
         assert (back.saved["loss"][..., 256:] == 0).all()
         np.testing.assert_array_equal(back.y, state(256, batch).y)
         cut = loop.fit_save_buffer(loop.pack_state(like), state(256, batch))
-        assert gf_unpack("state", cut, state(256, batch)).filled.shape[n] == 256
+        assert unpack(cut, state(256, batch)).filled.shape[n] == 256
 
 
 class _Stiff(gf.Problem):

@@ -225,9 +225,7 @@ class _Probe(gf.ObservedProblem):
 @pytest.mark.parametrize(
     "n, batch, size",
     [
-        # a small model: the batch asked for (the floor of save_buffer_size
-        # for up to 1,024 parameters: one compilation for any number of saves)
-        (8, 512, 512),
+        (8, 512, 16),  # the bucket of 11 saves (save_buffer_size)
         (8, 3, 3),  # the batch asked for
         # Memory: a batch holds a few intermediates of up to (longest axis)^2
         # entries per point (an attention matrix over the vocabulary), so at

@@ -236,9 +236,7 @@ def observe_saves(
     `OBSERVE_BATCH_ENTRIES` (`2**24`) entries of one point's largest
     intermediate in all, of a
     bucketed length (the last point repeated): one compilation serves every
-    length above the batch, and one each bucket of `save_buffer_size` below
-    (whose floor makes the batch of a model of at most 1,024 parameters
-    `batch` long, so it compiles once for every number of saves).
+    length above the batch, and one each bucket of `save_buffer_size` below.
     **Returns:** a dict of NumPy arrays with a leading time axis (`{}` when
     nothing is observed).
     """
@@ -251,8 +249,7 @@ def observe_saves(
             f"params with leading axes {sorted({np.shape(x)[:1] for x in leaves})}"
         )
     one = jax.tree.map(lambda x: x[0], params)
-    per_point = sum(int(np.size(x)) for x in jax.tree.leaves(one))
-    size = min(batch, save_buffer_size(T, per_point), observe_batch(one))
+    size = min(batch, save_buffer_size(T), observe_batch(one))
     chunks = []
     for lo in range(0, T, size):
         hi = min(lo + size, T)
