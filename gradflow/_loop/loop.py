@@ -142,7 +142,7 @@ def save_buffer_size(num_saves: int, per_save: int | None = None) -> int:
 def padded_save_times(ts: np.ndarray, per_save: int | None = None) -> np.ndarray:
     """`ts` lengthened to [`save_buffer_size`][]`(len(ts), per_save)` by
     repeating its last time (`per_save`: the numbers saved at each time,
-    [`saved_numbers`][]). A repeated time saves the same interpolation as the
+    `saved_numbers`). A repeated time saves the same interpolation as the
     last one (the steps do not depend on the save times); read the first
     `len(ts)` saves only."""
     ts = np.asarray(ts)
