@@ -52,6 +52,7 @@ def _integrate(
     max_steps=4_000_000,
     checkpoint=None,
     checkpoint_every=120.0,
+    ts=None,
     **kwargs,
 ):
     """`gf.integrate` of the sticky chain with the `tick` event, chunks of 60
@@ -60,7 +61,7 @@ def _integrate(
     return gf.integrate(
         chain,
         SCALE,
-        saveat=gf.SaveAt(stages=stages, events=[tick], callbacks=callbacks),
+        saveat=gf.SaveAt(ts, stages=stages, events=[tick], callbacks=callbacks),
         solver=gf.Solver(solver, rtol=rtol, max_steps=max_steps),
         run=gf.Run(
             progress=False,
@@ -171,6 +172,38 @@ def test_resume_after_crash_is_bit_identical(reference, tmp_path, stages, crash_
     resumed = _integrate(stages=stages, checkpoint=ck)
     assert 0 < resumed.stats.resumed_from < T1
     assert_same_trajectory(reference[stages], resumed)
+
+
+def test_checkpoint_with_the_save_buffer_of_before_its_floor_resumes(tmp_path):
+    # A checkpoint written before the save buffer had its floor of 1,024 saves
+    # for a small model (`save_buffer_size` in gradflow/_loop/loop.py; 200
+    # saves took a buffer of 256) resumes, its buffer padded
+    # (`fit_save_buffer`), and ends bit for bit as an uninterrupted run. The
+    # old checkpoint is today's cut to 256 saves: what the old code wrote
+    # (its first 200 saves are bit for bit today's, `benchmarks/snapshot.py`;
+    # the padded saves after them are unfilled zeros in both, checked here).
+    ts = np.linspace(0.0, T1, 200)
+    uninterrupted = _integrate(ts=ts)
+    ck = tmp_path / "run.ckpt.npz"
+    with pytest.raises(_Crash, match="simulated crash"):
+        _integrate(ts=ts, callbacks=[_at_event(4)], checkpoint=ck, checkpoint_every=0)
+    with np.load(ck) as f:
+        arrays = {k: f[k] for k in f.files}
+    buffer = [
+        k
+        for k, a in arrays.items()
+        if k.startswith("state/") and a.shape[:1] == (1024,)
+    ]
+    # the mask, the loss, the gradient norm and the 4 parameter matrices
+    assert len(buffer) == 7
+    old = tmp_path / "old.ckpt.npz"
+    for k in buffer:
+        assert not arrays[k][200:].any()  # unfilled (False) or zero beyond len(ts)
+        arrays[k] = arrays[k][:256]
+    np.savez(old, **arrays)
+    resumed = _integrate(ts=ts, checkpoint=old)
+    assert 0 < resumed.stats.resumed_from < T1
+    assert_same_trajectory(uninterrupted, resumed)
 
 
 def test_finished_checkpoint_returns_without_solving(reference, tmp_path):

@@ -24,9 +24,9 @@ class _Compiles:
         jax.monitoring.register_event_duration_secs_listener(self._listen)
         return self
 
-    def _listen(self, event, duration, **kwargs):
+    def _listen(self, event, duration, fun_name="?", **kwargs):
         if event == "/jax/core/compile/backend_compile_duration":
-            self.events.append(event)
+            self.events.append(fun_name)
 
     def __exit__(self, *exc):
         jax.monitoring.unregister_event_duration_listener(self._listen)
@@ -48,12 +48,22 @@ def test_second_solve_compiles_nothing(stages):
     # same number of saves): the chain, the start and t1 are data, not shapes
     other = gf.chains.sticky(6, 0.4, 0.3, 0.1)
     later = gf.SaveAt(gf.default_save_times(250.0), stages=stages)
+    # and another number of saves: a small model's save buffer holds at least
+    # 1,024 saves (`loop.save_buffer_size`), so 240 saves share the chunk
+    # (the observations, `observe_saves`, keep their batches of today's
+    # buckets: another batch length can change their last bit; they and the
+    # attention matrices of the saves, `_attention_many`, compile per length)
+    fewer = gf.SaveAt(np.linspace(0.0, 200.0, 240), stages=stages)
     with _Compiles() as c:
         traj = gf.integrate(SCENARIO, 2e-3, seed=1, saveat=saveat, **SCENARIO_KW)
         again = gf.integrate(
             other, 1e-3, seed=2, saveat=later, **{**SCENARIO_KW, "t1": 250.0}
         )
+    with _Compiles() as c_few:
+        few = gf.integrate(SCENARIO, 1e-3, seed=0, saveat=fewer, **SCENARIO_KW)
     assert traj.ok and again.ok and again.t_final == 250.0
+    assert few.ok and len(few.ts) == 240
+    assert not {"jit(_advance)", "jit(_init_state)"} & set(c_few.events), c_few.events
     assert c.events == [], f"stages={stages}: {len(c.events)} compilations"
 
 
@@ -130,6 +140,60 @@ def test_chunks_are_shorter_for_large_models():
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 4
     assert sizes[0] < loop.CHUNK_STEPS and sizes[-1] == 10
     assert steps(512, 16) * 0.5 < 30  # seconds per chunk at d = 512
+
+
+def test_save_buffer_has_a_floor_for_small_models():
+    # buckets of 2^k and 3 * 2^(k - 1); with the saved numbers per save given,
+    # at least 1,024 saves while the buffer holds at most 2^20 numbers
+    size = loop.save_buffer_size
+    assert [size(n) for n in (1, 11, 17, 25, 240, 401, 798, 1025)] == [
+        16, 16, 24, 32, 256, 512, 1024, 1536
+    ]  # fmt: skip
+    assert size(11, 30) == size(401, 30) == size(798, 1024) == 1024
+    assert size(1025, 30) == 1536 and size(5000, 30) == size(5000) == 6144
+    assert size(240, 1025) == 256 and size(11, 10**6) == 16  # too many numbers
+    assert loop.SAVE_BUFFER_FLOOR * 1024 == loop.SAVE_BUFFER_NUMBERS
+    ts = loop.padded_save_times(np.array([0.0, 1.0, 2.0]), 30)
+    assert ts.shape == (1024,) and (ts[2:] == 2.0).all()
+
+
+def test_a_save_buffer_of_another_length_is_cut_or_padded():
+    # a checkpoint's state with a save buffer of another length (written
+    # before the floor) fits the state of this length: the saves beyond it
+    # are padded with unfilled zeros, or cut (never read: beyond len(ts))
+    def state(length, batch=()):
+        return loop.LoopState(  # pyright: ignore[reportCallIssue]
+            t=np.zeros(batch), y=np.ones((*batch, 3)), solver_state=None,
+            controller_state=None, dt=np.zeros(batch),
+            saved={"loss": np.arange(float(np.prod(batch, dtype=int) * length))
+                   .reshape(*batch, length),
+                   "params": np.ones((*batch, length, 3))},
+            filled=np.ones((*batch, length), bool), num_steps=np.zeros(batch),
+            num_accepted_steps=np.zeros(batch), num_rejected_steps=np.zeros(batch),
+            running=np.ones(batch, bool), solver_result=np.zeros(batch),
+        )  # fmt: skip
+
+    def unpack(arrays, like):  # the inverse of loop.pack_state
+        leaves, treedef = jax.tree.flatten(like)
+        return jax.tree.unflatten(
+            treedef, [arrays[f"state/{i}"] for i in range(len(leaves))]
+        )
+
+    for batch in [(), (2,)]:
+        old = loop.pack_state(state(256, batch))
+        like = state(1024, batch)
+        fit = loop.fit_save_buffer(old, like)
+        back = unpack(fit, like)
+        n = len(batch)
+        np.testing.assert_array_equal(
+            back.saved["loss"][..., :256], state(256, batch).saved["loss"]
+        )
+        assert back.saved["params"].shape == (*batch, 1024, 3)
+        assert back.filled[..., :256].all() and not back.filled[..., 256:].any()
+        assert (back.saved["loss"][..., 256:] == 0).all()
+        np.testing.assert_array_equal(back.y, state(256, batch).y)
+        cut = loop.fit_save_buffer(loop.pack_state(like), state(256, batch))
+        assert unpack(cut, state(256, batch)).filled.shape[n] == 256
 
 
 class _Stiff(gf.Problem):

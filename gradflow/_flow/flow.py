@@ -31,9 +31,11 @@ from .._loop.loop import (
     LoopState,
     Spec,
     chunk_steps_for,
+    fit_save_buffer,
     init_state,
     make_controller,
     padded_save_times,
+    saved_numbers,
 )
 from .._loop.resume import collapsed
 from .._options import Run, SaveAt, Solver
@@ -191,9 +193,11 @@ def solve(
     checked before its start was (`start_flow`)."""
     spec = solve_spec(setup, observer)
     problem = setup.problem_dt
-    # The save buffer has a bucketed length (one compilation for nearby numbers
-    # of saves); `_saves` reads the first len(setup.ts).
-    ts_padded = padded_save_times(setup.ts)
+    # The save buffer has a bucketed length, at least 1,024 for a small model
+    # (one compilation for nearby numbers of saves); `_saves` reads the first
+    # len(setup.ts).
+    per_save = saved_numbers(spec, setup.params0, problem)
+    ts_padded = padded_save_times(setup.ts, per_save)
     ts = jnp.asarray(ts_padded, setup.dtype)
     t1 = jnp.asarray(setup.t1, setup.dtype)
     state = init_state(
@@ -221,7 +225,8 @@ def solve(
     resumed_from = None
     if checkpoint is not None and checkpoint.state is not None:
         meta = checkpoint.state[0]
-        state = jax.tree.map(jnp.asarray, checkpoint.restore("state", state))
+        restored = checkpoint.restore("state", state, fit=fit_save_buffer)
+        state = jax.tree.map(jnp.asarray, restored)
         job.records = [EventRecord.from_dict(r) for r in meta["events"]]
         arrays = checkpoint.state[1]
         if "dense_t" in arrays:

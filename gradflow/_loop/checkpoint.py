@@ -199,14 +199,19 @@ class Checkpointer:
             )
         return meta["state"], arrays
 
-    def restore(self, prefix: str, like):
+    def restore(self, prefix: str, like, fit=None):
         """The state this checkpoint holds (written with `pack_tree(prefix,
         ...)`), in the structure of `like`, as NumPy arrays; a `ValueError`
-        naming the file if its arrays do not fit."""
+        naming the file if its arrays do not fit. `fit(arrays, like, prefix)`:
+        the arrays adapted first (`loop.fit_save_buffer`: a save buffer of
+        another length)."""
         if self.state is None:
             raise ValueError(f"checkpoint '{self.path}' holds no state yet")
+        arrays = self.state[1]
+        if fit is not None:
+            arrays = fit(arrays, like, prefix)
         try:
-            return unpack_tree(prefix, self.state[1], like)
+            return unpack_tree(prefix, arrays, like)
         except ValueError as e:
             raise ValueError(
                 f"checkpoint '{self.path}' does not fit this call: {e}; delete it "

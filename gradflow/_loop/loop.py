@@ -107,26 +107,81 @@ class LoopState(eqx.Module):
     solver_result: Any
 
 
-def save_buffer_size(num_saves: int) -> int:
-    """The length of the save buffer for `num_saves` save times: the smallest
-    of 16, 24, 32, 48, 64, 96, ... (2^k and 3 * 2^(k - 1)) that holds them.
+# The save buffer of a small model holds at least SAVE_BUFFER_FLOOR saves
+# (the default run's 798 saves already take 1,024), as long as it holds at
+# most SAVE_BUFFER_NUMBERS saved numbers (8 MiB in float64): solves of the same
+# model with up to 1,024 saves share one compiled chunk (see
+# `save_buffer_size`).
+SAVE_BUFFER_FLOOR = 1024
+SAVE_BUFFER_NUMBERS = 2**20
 
-    The compiled solve depends on the number of saves only through this size,
-    so calls with, say, 300 and 301 saves (or 798 and 801) share one
-    compilation; the buffer is at most 1.5 times longer than needed."""
+
+def save_buffer_size(num_saves: int, per_save: int | None = None) -> int:
+    """The length of the save buffer for `num_saves` save times of
+    `per_save` saved numbers each: the smallest of 16, 24, 32, 48, 64, 96,
+    ... (2^k and 3 * 2^(k - 1)) that holds them, and at least
+    `SAVE_BUFFER_FLOOR` (1,024) where that buffer holds at most
+    `SAVE_BUFFER_NUMBERS` (2^20) numbers (`per_save` at most 1,024; `None`:
+    no floor).
+
+    The compiled solve depends on the number of saves only through this size:
+    solves of a small model with up to 1,024 saves (say 240, 401 and the
+    default 798) share one compilation, and above the floor, or for a larger
+    model, nearby numbers (300 and 301, 1,100 and 1,200) share one bucket,
+    at most 1.5 times longer than needed. The floor's extra saves cost their
+    evaluations at the last step (`docs/performance.md`, "Save-buffer length
+    only")."""
     size = 16
     while size < num_saves:
         size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
+    if per_save is not None and SAVE_BUFFER_FLOOR * per_save <= SAVE_BUFFER_NUMBERS:
+        size = max(size, SAVE_BUFFER_FLOOR)
     return size
 
 
-def padded_save_times(ts: np.ndarray) -> np.ndarray:
-    """`ts` lengthened to [`save_buffer_size`][] by repeating its last time.
-    A repeated time saves the same interpolation as the last one (the steps
-    do not depend on the save times); read the first `len(ts)` saves only."""
+def padded_save_times(ts: np.ndarray, per_save: int | None = None) -> np.ndarray:
+    """`ts` lengthened to [`save_buffer_size`][]`(len(ts), per_save)` by
+    repeating its last time (`per_save`: the numbers saved at each time,
+    `saved_numbers`). A repeated time saves the same interpolation as the
+    last one (the steps do not depend on the save times); read the first
+    `len(ts)` saves only."""
     ts = np.asarray(ts)
-    extra = save_buffer_size(ts.shape[0]) - ts.shape[0]
+    extra = save_buffer_size(ts.shape[0], per_save) - ts.shape[0]
     return np.concatenate([ts, np.full(extra, ts[-1], ts.dtype)])
+
+
+def saved_numbers(spec: Spec, y0, args) -> int:
+    """How many numbers `spec.save_fn` saves at one time (traced for its
+    shapes only, nothing computed)."""
+    one = eqx.filter_eval_shape(spec.save_fn, 0.0, y0, args)
+    return sum(int(np.prod(s.shape)) for s in jax.tree.leaves(one))
+
+
+def fit_save_buffer(arrays: dict, like: LoopState, prefix: str = "state") -> dict:
+    """A checkpoint's arrays (`pack_tree(prefix, state)`) with the save
+    buffer (`saved`, `filled`) cut or padded to the length of `like`'s (a
+    state or a stack of states): a checkpoint written with another buffer
+    length (before the floor of `save_buffer_size`) resumes. Only the saves
+    beyond the save times change (padded with unfilled zeros), which are
+    never read."""
+    leaves, treedef = jax.tree.flatten(like)
+    index = jax.tree.unflatten(treedef, range(len(leaves)))
+    axis = np.ndim(like.filled) - 1
+    length = np.shape(like.filled)[axis]
+    out = dict(arrays)
+    for i in [*jax.tree.leaves(index.saved), index.filled]:
+        key = f"{prefix}/{i}"
+        a = out.get(key)
+        if a is None or a.ndim <= axis or a.shape[axis] == length:
+            continue
+        if a.shape[axis] > length:
+            a = np.take(a, np.arange(length), axis=axis)
+        else:
+            pad = [(0, 0)] * a.ndim
+            pad[axis] = (0, length - a.shape[axis])
+            a = np.pad(a, pad)
+        out[key] = a
+    return out
 
 
 def _zeros(shape_tree):
@@ -409,8 +464,12 @@ def pack_state(state: LoopState) -> dict[str, np.ndarray]:
 
 
 __all__ = [
+    "SAVE_BUFFER_FLOOR",
+    "SAVE_BUFFER_NUMBERS",
+    "fit_save_buffer",
     "padded_save_times",
     "save_buffer_size",
+    "saved_numbers",
     "CHUNK_STEPS",
     "chunk_steps_for",
     "Crossing",

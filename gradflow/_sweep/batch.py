@@ -32,7 +32,14 @@ from .._event.watch import WatchState, empty_buffer
 from .._flow.flow import event_record
 from .._loop.checkpoint import Checkpointer, pack_tree
 from .._loop.driver import Job
-from .._loop.loop import Crossing, init_state, padded_save_times, run_chunk
+from .._loop.loop import (
+    Crossing,
+    fit_save_buffer,
+    init_state,
+    padded_save_times,
+    run_chunk,
+    saved_numbers,
+)
 
 
 _AXIS = "members"
@@ -222,7 +229,8 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     )
     first = setups[0]
     # a bucketed save buffer, as in a solo flow (`padded_save_times`)
-    ts_j = jnp.asarray(padded_save_times(first.ts), first.dtype)
+    per_save = saved_numbers(specs[0], first.params0, first.problem_dt)
+    ts_j = jnp.asarray(padded_save_times(first.ts, per_save), first.dtype)
     t0_j, t1_j = jnp.asarray(0.0, first.dtype), jnp.asarray(first.t1, first.dtype)
     host_state = stack(
         [
@@ -241,7 +249,7 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     resumed_from = None
     if ckpt is not None and ckpt.state is not None:
         meta = ckpt.state[0]
-        host_state = ckpt.restore("state", host_state)
+        host_state = ckpt.restore("state", host_state, fit=fit_save_buffer)
         records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
         resumed_from = [float(t) for t in np.asarray(host_state.t)]
 
