@@ -13,11 +13,17 @@ printed digits.
     PYTHONPATH=. python benchmarks/text_speed.py --compare /tmp/old --t1 720 \\
         --out out/text_speed [--doc docs/text.md]
 
-`--single D`: this checkout's flow at `D` words (default settings), with its
-wall time and peak memory (the process's maximum resident set size).
+`--single D`: this checkout's flow at `D` words (default settings, or
+`--jacobian-tol` as the 1,024-word flow of docs/text.md), with its wall
+time, CPU time and peak memory (the process's maximum resident set size).
+With `--checkpoint-dir` the flow checkpoints and the same command resumes
+it after a kill or a `--budget`: every such segment (its flow wall time,
+CPU time, peak memory and load) is appended to `OUT/segments.json`, and the
+table sums them.
 
-    PYTHONPATH=. python benchmarks/text_speed.py --single 2048 --t1 2000 \\
-        --budget 4800 --out out/text_2048 [--doc docs/text.md]
+    PYTHONPATH=. python benchmarks/text_speed.py --single 2048 --t1 2500 \\
+        --jacobian-tol 5 --checkpoint-dir out/text_2048/ckpt --budget 4800 \\
+        --out out/text_2048 [--doc docs/text.md]
 
 `--doc` writes the table between `<!-- text-speed -->` and `<!-- /text-speed -->`
 (compare) or `<!-- text-large -->` and `<!-- /text-large -->` (single).
@@ -49,10 +55,13 @@ def start(checkout: Path, out: Path, extra: list[str]) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=out)
 
 
-def wait(proc: subprocess.Popen) -> tuple[int, float]:
-    """The exit status and the peak resident memory (MB) of a child."""
+def wait(proc: subprocess.Popen, usage_out: dict | None = None) -> tuple[int, float]:
+    """The exit status and the peak resident memory (MB) of a child; its CPU
+    seconds (user, system) into `usage_out`."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    if usage_out is not None:
+        usage_out.update(user_s=usage.ru_utime, system_s=usage.ru_stime)
     return proc.returncode, usage.ru_maxrss / 1024
 
 
@@ -140,26 +149,56 @@ def report(out: Path, doc: str | None) -> None:
 def single(args) -> None:
     out = Path(args.out)
     extra = ["--sizes", str(args.single), "--t1", str(args.t1)]
-    if args.budget:
-        extra += ["--budget", str(args.budget)]
-    print(f"start: load {load()}", flush=True)
+    for flag, value in (
+        ("--budget", args.budget),
+        ("--jacobian-tol", args.jacobian_tol),
+        ("--checkpoint-dir", args.checkpoint_dir),
+    ):
+        if value is not None:
+            extra += [flag, str(value)]
+    first = load()
+    print(f"start: load {first}", flush=True)
+    t0 = time.perf_counter()
     p = start(ROOT, out, extra)
-    code, rss = wait(p)
+    usage: dict = {}
+    code, rss = wait(p, usage)
     if code != 0:
         raise SystemExit(f"failed; see {out / 'log.txt'}")
     r = result(out)
+    segment = {
+        "t_reached": r["t_reached"],
+        "flow_wall_s": r["flow_wall_s"],
+        "process_wall_s": time.perf_counter() - t0,
+        "cpu_user_s": usage["user_s"],
+        "cpu_system_s": usage["system_s"],
+        "peak_rss_mb": rss,
+        "load_start": first,
+        "load_end": load(),
+        "commit": _commit(),
+    }
+    path = out / "segments.json"
+    segments = json.loads(path.read_text()) if path.exists() else []
+    if args.checkpoint_dir is None:
+        segments = []  # no checkpoint: this run is the whole flow
+    segments.append(segment)
+    path.write_text(json.dumps(segments, indent=1))
     st = r["flow_stats"]
     s = summary(r)
+    wall = sum(g["flow_wall_s"] for g in segments)
+    cpu = sum(g["cpu_user_s"] + g["cpu_system_s"] for g in segments)
+    peak = max(g["peak_rss_mb"] for g in segments)
+    loads = ", ".join(f"{g['load_start']} -> {g['load_end']}" for g in segments)
     lines = [
-        "| d | t reached | flow wall s | steps (rejected) | gradient evaluations | "
-        "HVPs | W rank at the end | peak RSS, MB | " + " | ".join(s) + " | load |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | "
-        + " --- |" * len(s)
-        + " --- |",
-        f"| {args.single} | {r['t_reached']:.4g} of {args.t1:g} | "
-        f"{r['flow_wall_s']:.0f} | {st['num_steps']} ({st['num_rejected_steps']}) | "
-        f"{st['num_grad_evals']} | {st['num_hvps']} | {st.get('w_rank')} | "
-        f"{rss:.0f} | " + " | ".join(str(v) for v in s.values()) + f" | {load()} |",
+        "| d | t reached | segments | flow wall s | CPU s | steps (rejected) | "
+        "gradient evaluations | HVPs | peak RSS, MB | " + " | ".join(s) + " |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | " + " --- |" * len(s),
+        f"| {args.single} | {r['t_reached']:.4g} of {args.t1:g} | {len(segments)} | "
+        f"{wall:.0f} | {cpu:.0f} | {st['num_steps']} ({st['num_rejected_steps']}) | "
+        f"{st['num_grad_evals']} | {st['num_hvps']} | {peak:.0f} | "
+        + " | ".join(str(v) for v in s.values())
+        + " |",
+        "",
+        f"Load (1, 5, 15 min) at the start -> end of each segment: {loads}.",
     ]
     table = "\n".join(lines)
     print("\n" + table)
@@ -171,6 +210,13 @@ def single(args) -> None:
         )
 
 
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        text=True,
+    ).stdout.strip()  # fmt: skip
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", default=None, metavar="OLD")
@@ -179,6 +225,8 @@ def main():
                         help="the table of an earlier --compare into OUT")  # fmt: skip
     parser.add_argument("--t1", type=float, default=None)
     parser.add_argument("--budget", type=float, default=None)
+    parser.add_argument("--jacobian-tol", type=float, default=None)
+    parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--doc", default=None)
     args = parser.parse_args()

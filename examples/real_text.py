@@ -49,6 +49,7 @@ W-refresh rule (large vocabularies: `docs/performance.md`).
 import _thread
 import argparse
 import json
+import signal
 import threading
 import time
 import warnings
@@ -531,6 +532,10 @@ def solve(stream, record: dict, name: str, args):
     t = time.perf_counter()
     timer = None
     if args.budget is not None:
+        # `interrupt_main` raises KeyboardInterrupt only where Python handles
+        # SIGINT: a background job of a shell ignores it, so handle it here.
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         timer = threading.Timer(args.budget, _thread.interrupt_main)
         timer.daemon = True
         timer.start()
