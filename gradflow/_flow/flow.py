@@ -31,11 +31,10 @@ from .._loop.loop import (
     LoopState,
     Spec,
     chunk_steps_for,
-    fit_save_buffer,
     init_state,
     make_controller,
-    padded_save_times,
-    saved_numbers,
+    restore_state,
+    save_buffer_times,
 )
 from .._loop.resume import collapsed
 from .._options import Run, SaveAt, Solver
@@ -196,9 +195,7 @@ def solve(
     # The save buffer has a bucketed length, at least 1,024 for a small model
     # (one compilation for nearby numbers of saves); `_saves` reads the first
     # len(setup.ts).
-    per_save = saved_numbers(spec, setup.params0, problem)
-    ts_padded = padded_save_times(setup.ts, per_save)
-    ts = jnp.asarray(ts_padded, setup.dtype)
+    ts = save_buffer_times(spec, setup.ts, setup.params0, problem, setup.dtype)
     t1 = jnp.asarray(setup.t1, setup.dtype)
     state = init_state(
         spec,
@@ -225,8 +222,7 @@ def solve(
     resumed_from = None
     if checkpoint is not None and checkpoint.state is not None:
         meta = checkpoint.state[0]
-        restored = checkpoint.restore("state", state, fit=fit_save_buffer)
-        state = jax.tree.map(jnp.asarray, restored)
+        state = jax.tree.map(jnp.asarray, restore_state(checkpoint, state))
         job.records = [EventRecord.from_dict(r) for r in meta["events"]]
         arrays = checkpoint.state[1]
         if "dense_t" in arrays:
@@ -278,7 +274,7 @@ def _saves(setup: FlowSetup, state: LoopState, ok: bool):
     those left out for a loss that is not finite; a failed solve also keeps
     its last finite state, so no computed work is lost (the one rule for the
     last point)."""
-    n = setup.ts.shape[0]  # the save buffer may be longer (padded_save_times)
+    n = setup.ts.shape[0]  # the save buffer may be longer (save_buffer_times)
     filled = np.asarray(state.filled)[:n]
     saved = jax.tree.map(lambda x: np.asarray(x)[:n][filled], state.saved)
     ts_out = setup.ts[filled]

@@ -157,6 +157,25 @@ def saved_numbers(spec: Spec, y0, args) -> int:
     return sum(int(np.prod(s.shape)) for s in jax.tree.leaves(one))
 
 
+def save_buffer_times(spec: Spec, ts, y0, args, dtype) -> Array:
+    """The save times a solve's state and chunks take, as a device array of
+    `dtype`: `ts` padded to the bucketed length of its save buffer
+    ([`padded_save_times`][] with the [`saved_numbers`][] of `spec.save_fn`
+    at `y0`, `args`). The solo flow, the batched sweep and the sweep's lanes
+    all build their buffers from it, so they share compiled chunks; read the
+    first `len(ts)` saves only."""
+    per_save = saved_numbers(spec, y0, args)
+    return jnp.asarray(padded_save_times(ts, per_save), dtype)
+
+
+def restore_state(checkpoint, like: LoopState) -> LoopState:
+    """The loop state (or stack of states) a checkpoint holds, in the
+    structure of `like`, its save buffer fitted to `like`'s length
+    ([`fit_save_buffer`][]: a checkpoint written before the buffer's floor
+    resumes)."""
+    return checkpoint.restore("state", like, fit=fit_save_buffer)
+
+
 def fit_save_buffer(arrays: dict, like: LoopState, prefix: str = "state") -> dict:
     """A checkpoint's arrays (`pack_tree(prefix, state)`) with the save
     buffer (`saved`, `filled`) cut or padded to the length of `like`'s (a
@@ -468,7 +487,9 @@ __all__ = [
     "SAVE_BUFFER_NUMBERS",
     "fit_save_buffer",
     "padded_save_times",
+    "restore_state",
     "save_buffer_size",
+    "save_buffer_times",
     "saved_numbers",
     "CHUNK_STEPS",
     "chunk_steps_for",

@@ -34,11 +34,10 @@ from .._loop.checkpoint import Checkpointer, pack_tree
 from .._loop.driver import Job
 from .._loop.loop import (
     Crossing,
-    fit_save_buffer,
     init_state,
-    padded_save_times,
+    restore_state,
     run_chunk,
-    saved_numbers,
+    save_buffer_times,
 )
 
 
@@ -228,9 +227,10 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
         [eqx.partition(setups[i].problem_dt, eqx.is_array)[0] for i in order]
     )
     first = setups[0]
-    # a bucketed save buffer, as in a solo flow (`padded_save_times`)
-    per_save = saved_numbers(specs[0], first.params0, first.problem_dt)
-    ts_j = jnp.asarray(padded_save_times(first.ts, per_save), first.dtype)
+    # a bucketed save buffer, as in a solo flow
+    ts_j = save_buffer_times(
+        specs[0], first.ts, first.params0, first.problem_dt, first.dtype
+    )
     t0_j, t1_j = jnp.asarray(0.0, first.dtype), jnp.asarray(first.t1, first.dtype)
     host_state = stack(
         [
@@ -249,7 +249,7 @@ def build_batch(setups, specs, devices, ckpt: Checkpointer | None) -> Batch:
     resumed_from = None
     if ckpt is not None and ckpt.state is not None:
         meta = ckpt.state[0]
-        host_state = ckpt.restore("state", host_state, fit=fit_save_buffer)
+        host_state = restore_state(ckpt, host_state)
         records = [[EventRecord.from_dict(r) for r in rs] for rs in meta["events"]]
         resumed_from = [float(t) for t in np.asarray(host_state.t)]
 

@@ -29,7 +29,7 @@ from .._flow.setup import prepare, with_start
 from .._flow.solving import DEFAULT_T1
 from .._loop.checkpoint import Checkpointer, pack_tree, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
-from .._loop.loop import fit_save_buffer, init_state, padded_save_times, saved_numbers
+from .._loop.loop import init_state, restore_state, save_buffer_times
 from .._options import Run, SaveAt, Solver, as_run, as_saveat, as_solver
 from .._problem.adapt import as_problem
 from .._problem.base import Problem
@@ -442,8 +442,7 @@ def _solve_lanes(plan: _Plan, specs, ckpt) -> _Solved:
     the compiled chunk of a solo run (`lanes.py`)."""
     first = plan.setups[0]
     n, dtype = len(plan.setups), first.dtype
-    per_save = saved_numbers(specs[0], first.params0, first.problem_dt)
-    ts = jnp.asarray(padded_save_times(first.ts, per_save), dtype)
+    ts = save_buffer_times(specs[0], first.ts, first.params0, first.problem_dt, dtype)
     t0, t1 = jnp.asarray(0.0, dtype), jnp.asarray(first.t1, dtype)
     states = [
         init_state(spec, y0=s.params0, args=s.problem_dt, t0=t0, t1=t1, ts=ts)
@@ -452,11 +451,7 @@ def _solve_lanes(plan: _Plan, specs, ckpt) -> _Solved:
     records: list[list[EventRecord]] = [[] for _ in range(n)]
     resumed_from = None
     if ckpt is not None and ckpt.state is not None:
-        host = ckpt.restore(
-            "state",
-            stack([jax.tree.map(np.asarray, s) for s in states]),
-            fit=fit_save_buffer,
-        )
+        host = restore_state(ckpt, stack([jax.tree.map(np.asarray, s) for s in states]))
         states = [jax.tree.map(lambda x, i=i: x[i], host) for i in range(n)]
         events = ckpt.state[0]["events"]
         records = [[EventRecord.from_dict(r) for r in rs] for rs in events]
