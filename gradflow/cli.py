@@ -72,9 +72,12 @@ def enable_compilation_cache() -> Path:
     path = compilation_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
-    # Cache every compilation that took longer than this (JAX's default, 1 s,
-    # would leave out the many small functions a run also compiles).
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    # Cache every compilation, however short (JAX's default keeps those over
+    # 1 s): a run also compiles some 27 small programs, each op of the
+    # driver's and the analysis' eager arithmetic (10-90 ms each), which a
+    # warm start now reads back instead of compiling again
+    # (docs/performance.md, "Everyday speed").
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     # The traced solve too (`gradflow/_loop/exported.py`): a warm start
     # loads it instead of tracing it again.

@@ -89,6 +89,32 @@ def shade_stages(
                    alpha=alpha, lw=0, label=label)  # fmt: skip
 
 
+def _save_laid_out(fig, path, *, dpi: float, **kwargs) -> None:
+    """`fig.savefig(path, dpi=dpi, ...)` of a figure with a layout engine,
+    the layout run once by hand at that dpi: `savefig` would run it inside a
+    whole draw with the output turned off (every tick, label and legend
+    measured and updated) before the draw that renders. The same pixels, 12 %
+    fewer Python calls for the paper's three figures (docs/performance.md,
+    "Everyday speed")."""
+    import matplotlib
+
+    engine = fig.get_layout_engine()
+    old_dpi = fig.get_dpi()
+    fig.set_dpi(dpi)
+    try:
+        engine.execute(fig)
+        # no engine at all (savefig draws once); `None` gives one from the
+        # rcParams unless both are off
+        with matplotlib.rc_context(
+            {"figure.autolayout": False, "figure.constrained_layout.use": False}
+        ):
+            fig.set_layout_engine(None)
+        fig.savefig(path, dpi=dpi, bbox_inches=None, **kwargs)
+    finally:
+        fig.set_layout_engine(engine)
+        fig.set_dpi(old_dpi)
+
+
 def save_figure(
     fig, stem: str | os.PathLike, formats: tuple[str, ...] = ("png", "pdf")
 ) -> list[Path]:
@@ -102,15 +128,19 @@ def save_figure(
     # quarter of the paper's three figures' saving, taken under load;
     # docs/performance.md, "Everyday speed"). One laid out by `tight_layout`
     # or not at all is cropped to what it draws.
-    tight = None if fig.get_layout_engine() is not None else "tight"
+    laid_out = fig.get_layout_engine() is not None
+    tight = None if laid_out else "tight"
     paths = []
     for ext in formats:
         path = stem.with_suffix(f".{ext}")
         if ext == "png":
             # zlib level 3, not Pillow's 6: the same pixels, written in half
             # the time, the file a fifth larger
-            fig.savefig(path, dpi=150, bbox_inches=tight,
-                        pil_kwargs={"compress_level": 3})  # fmt: skip
+            png = {"dpi": 150, "pil_kwargs": {"compress_level": 3}}
+            if laid_out:
+                _save_laid_out(fig, path, **png)
+            else:
+                fig.savefig(path, bbox_inches=tight, **png)
         else:
             fig.savefig(path, bbox_inches=tight)
         paths.append(path)
