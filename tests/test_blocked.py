@@ -220,4 +220,7 @@ def test_default_blocks():
             assert block == d or block >= 16
     assert default_block(1024) * 1024 == 2**18
     assert default_hvp_block(1024) * 1024 == 2**17
+    assert default_hvp_block(2048) == 128  # at least 128 up to d = 2048
+    assert default_hvp_block(1500) == 128
+    assert default_hvp_block(4096) == 32
     assert default_block(100) == 100

@@ -70,8 +70,15 @@ BLOCKED_MIN_D = 256
 # its threads, and fewer scan steps cost less. The HVP stays at 2^17: a
 # solver's vmapped HVPs hold r directions' blocks per intermediate (r = 64
 # at d = 1,024: 307 MB more at 2^16 entries, 543 MB at 2^17).
+# Up to d = 2,048 the HVP takes at least 128 queries (2^18 entries at
+# d = 2,048, where 2^17 gave 64): at d = 2,048 one HVP took 0.93 times the
+# time of 64-query blocks at m = 16 and at m = 32 (median paired ratios of 60
+# rounds in one process, taken under load 3.8 to 4.1; docs/performance.md,
+# "Everyday speed (issue 42)"); a linearised gradient vmapped over 64
+# directions needs 861 MB of XLA temporaries there instead of 535 MB.
 _GRAD_ENTRIES = 2**18
 _HVP_ENTRIES = 2**17
+_HVP_MIN_BLOCK, _HVP_MIN_BLOCK_UP_TO = 128, 2048
 
 
 def _block(d: int, entries: int) -> int:
@@ -91,8 +98,11 @@ def default_block(d: int) -> int:
 def default_hvp_block(d: int) -> int:
     """Query tokens per block of the Hessian-vector product: the power of
     two nearest `2^17 / d` from below, between 16 and 512, never more than
-    `d`."""
-    return _block(d, _HVP_ENTRIES)
+    `d`; up to `d = 2048` at least 128 (or `d`)."""
+    block = _block(d, _HVP_ENTRIES)
+    if d <= _HVP_MIN_BLOCK_UP_TO:
+        block = max(block, min(_HVP_MIN_BLOCK, d))
+    return block
 
 
 def _t_dot(x: Array, y: Array) -> Array:

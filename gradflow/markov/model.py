@@ -281,7 +281,8 @@ def population_loss(
     - `None` (default): the dense form below $d = 256$ (every recorded
       result, bit for bit), the blocked form from $d = 256$ on (blocks of
       about $2^{18} / d$ query tokens for the loss and its gradient,
-      $2^{17} / d$ for Hessian-vector products);
+      $2^{17} / d$ for Hessian-vector products, at least 128 up to
+      $d = 2048$);
     - an integer $\ge 1$: the blocked form with this many query tokens per
       block (`docs/model.md`, "The blocked form"): no intermediate is larger
       than `block x d`, `jax.grad` runs a hand-written backward pass, and
