@@ -76,8 +76,11 @@ def enable_compilation_cache() -> Path:
     # 1 s): a run also compiles some 27 small programs, each op of the
     # driver's and the analysis' eager arithmetic (10-90 ms each), which a
     # warm start now reads back instead of compiling again
-    # (docs/performance.md, "Everyday speed").
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    # (docs/performance.md, "Everyday speed"). A floor set in the environment
+    # wins: the test suite keeps 0.1 s, as its thousands of tiny programs
+    # cost more through the locked shared cache than compiled.
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     # The traced solve too (`gradflow/_loop/exported.py`): a warm start
     # loads it instead of tracing it again.
