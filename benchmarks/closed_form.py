@@ -81,6 +81,8 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from _git import short_head  # noqa: E402
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -281,7 +283,7 @@ def rates_table(rows, args) -> str:
         "Wall times, the least of "
         f"{args.rounds} x {args.calls} calls; "
         + ("the process pinned to one core" if args.one_core else "every core")
-        + f"; {time.strftime('%Y-%m-%d')}, `{_commit()}`."
+        + f"; {time.strftime('%Y-%m-%d')}, `{short_head(ROOT)}`."
     )
     return "\n".join(lines)
 
@@ -384,21 +386,11 @@ def memory_table(rows, guard) -> str:
             f"{r['wall_s']:.2f} | {r['load_before']:.2f} -> {r['load_after']:.2f} |"
         )
     lines.append("")
-    lines.append(f"{time.strftime('%Y-%m-%d')}, `{_commit()}`.")
+    lines.append(f"{time.strftime('%Y-%m-%d')}, `{short_head(ROOT)}`.")
     return "\n".join(lines)
 
 
 # -- docs --------------------------------------------------------------------------
-
-
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or "?"
 
 
 def main():

@@ -11,6 +11,12 @@
 
     python benchmarks/startup.py [--baseline DIR] [--repeats 2] [--skip-cli]
 
+3. `--parts`: the cold and warm runs split into where their time goes
+   (imports, tracing, lowering, compiling, cache reads, figures), beside
+   `import gradflow`; with `--baseline DIR` for both checkouts, alternating.
+
+    python benchmarks/startup.py --parts [--baseline DIR] [--repeats 2]
+
 Prints the machine's load average with each measurement (this machine is
 shared; numbers move with the load).
 """
@@ -171,57 +177,73 @@ def child_parts(out: Path, extra: list[str]) -> dict:
     }
 
 
-def parts_section(repeats: int, extra: list[str], doc: str | None = None) -> None:
+def parts_section(
+    repeats: int, extra: list[str], doc: str | None = None, baseline: Path | None = None
+) -> None:
     """Cold and warm runs (each in a fresh process, the warm one with the
     cache the cold one left), beside `python -c "import gradflow"`, split into
-    parts; the median over `repeats` pairs."""
-    rows: dict[str, list[dict]] = {"cold": [], "warm": []}
-    imports = []
-    env0 = dict(os.environ, PYTHONPATH=str(ROOT))
+    parts; the median over `repeats` pairs. With `baseline`, the same runs of
+    that checkout in alternation with this one's (each its own empty cache)."""
+    checkouts = {"this": ROOT}
+    if baseline is not None:
+        checkouts["baseline"] = baseline.resolve()
+    rows = {name: {"cold": [], "warm": []} for name in checkouts}
+    imports: dict[str, list[float]] = {name: [] for name in checkouts}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for r in range(repeats):
-            t = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-c", "import gradflow"], env=env0, check=True
-            )
-            imports.append(time.perf_counter() - t)
-            cache = tmp / f"cache-{r}"
-            for kind in ("cold", "warm"):
-                env = dict(env0, JAX_COMPILATION_CACHE_DIR=str(cache))
-                cmd = [sys.executable, __file__, "--child-parts",
-                       str(tmp / f"out-{r}-{kind}"), *extra]  # fmt: skip
+            for name, checkout in checkouts.items():
+                env0 = dict(os.environ, PYTHONPATH=str(checkout))
                 t = time.perf_counter()
-                done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                wall = time.perf_counter() - t
-                if done.returncode != 0:
-                    raise SystemExit(done.stderr[-3000:])
-                row = json.loads(done.stdout.strip().splitlines()[-1])
-                row["wall"] = wall
-                rows[kind].append(row)
-                print(
-                    f"  {kind}: {wall:5.1f} s wall; "
-                    + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "wall")
-                    + f"   ({_load()})",
-                    flush=True,
+                subprocess.run(
+                    [sys.executable, "-c", "import gradflow"], env=env0, check=True
                 )
-    imp = statistics.median(imports)
-    print(f"\n`python -c 'import gradflow'`: median {imp:.2f} s ({imports})")
-    keys = [k for k in rows["cold"][0] if k not in ("total", "wall")]
+                imports[name].append(time.perf_counter() - t)
+                cache = tmp / f"cache-{name}-{r}"
+                for kind in ("cold", "warm"):
+                    env = dict(env0, JAX_COMPILATION_CACHE_DIR=str(cache))
+                    cmd = [sys.executable, __file__, "--child-parts",
+                           str(tmp / f"out-{name}-{r}-{kind}"), *extra]  # fmt: skip
+                    t = time.perf_counter()
+                    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    wall = time.perf_counter() - t
+                    if done.returncode != 0:
+                        raise SystemExit(f"{checkout}: {done.stderr[-3000:]}")
+                    row = json.loads(done.stdout.strip().splitlines()[-1])
+                    row["wall"] = wall
+                    rows[name][kind].append(row)
+                    print(
+                        f"  {name} {kind}: {wall:5.1f} s wall; "
+                        + ", ".join(
+                            f"{k} {v:.2f}" for k, v in row.items() if k != "wall"
+                        )
+                        + f"   ({_load()})",
+                        flush=True,
+                    )
+    keys = [k for k in rows["this"]["cold"][0] if k not in ("total", "wall")]
     lines = [
         "| `gradflow run` | wall s (median) | x `import gradflow` | "
         + " | ".join(keys)
         + " |",
         "| --- | --- | --- |" + " --- |" * len(keys),
-        f"| `python -c 'import gradflow'` | {imp:.2f} | 1 |" + " |" * len(keys),
     ]
-    for kind, rs in rows.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in ["wall", *keys]}
-        lines.append(
-            f"| {kind} cache | {med['wall']:.2f} | {med['wall'] / imp:.2f} | "
-            + " | ".join(f"{med[k]:.2f}" for k in keys)
-            + " |"
+    for name in checkouts:
+        imp = statistics.median(imports[name])
+        print(
+            f"{name}: `python -c 'import gradflow'`: median {imp:.2f} s {imports[name]}"
         )
+        label = "" if baseline is None else f"{name}: "
+        lines.append(
+            f"| {label}`python -c 'import gradflow'` | {imp:.2f} | 1 |"
+            + " |" * len(keys)
+        )
+        for kind, rs in rows[name].items():
+            med = {k: statistics.median(r[k] for r in rs) for k in ["wall", *keys]}
+            lines.append(
+                f"| {label}{kind} cache | {med['wall']:.2f} | {med['wall'] / imp:.2f} | "
+                + " | ".join(f"{med[k]:.2f}" for k in keys)
+                + " |"
+            )
     table = (
         "\n".join(lines) + f"\n\n({repeats} pairs of runs; load at the end {_load()})"
     )
@@ -247,7 +269,7 @@ def main() -> None:
         print(json.dumps(child_parts(args.child_parts, extra)))
         return
     if args.parts:
-        parts_section(args.repeats, extra, args.doc)
+        parts_section(args.repeats, extra, args.doc, args.baseline)
         return
     if not args.skip_cli:
         cli_section(args.baseline, args.repeats)

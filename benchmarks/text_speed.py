@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from _git import short_head
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,12 +176,12 @@ def single(args) -> None:
         "peak_rss_mb": rss,
         "load_start": first,
         "load_end": load(),
-        "commit": _commit(),
+        "commit": short_head(ROOT),
     }
     path = out / "segments.json"
-    segments = json.loads(path.read_text()) if path.exists() else []
-    if args.checkpoint_dir is None:
-        segments = []  # no checkpoint: this run is the whole flow
+    segments = []  # without a checkpoint this run is the whole flow
+    if args.checkpoint_dir is not None and path.exists():
+        segments = json.loads(path.read_text())
     segments.append(segment)
     path.write_text(json.dumps(segments, indent=1))
     st = r["flow_stats"]
@@ -208,13 +210,6 @@ def single(args) -> None:
         gf.replace_between_markers(
             args.doc, "<!-- text-large -->", "<!-- /text-large -->", table
         )
-
-
-def _commit() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-        text=True,
-    ).stdout.strip()  # fmt: skip
 
 
 def main():

@@ -3,9 +3,9 @@
 import argparse
 import json
 import os
-import subprocess
 import time
 
+from .._git import short_head
 from . import __doc__ as DOC
 from .common import FIGURES, JSON, OWN_META, PAGE, PARTS, ROOT
 from .in_context import in_context
@@ -37,12 +37,7 @@ def main(argv=None) -> None:
             "in_context_speed": in_context_speed,
         }[part](out)
         print(f"{part}: {time.perf_counter() - start:.0f} s", flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    commit = short_head(ROOT)
     meta = dict(
         commit=commit,
         date=time.strftime("%Y-%m-%d"),
