@@ -158,8 +158,8 @@ def single(args) -> None:
     ):
         if value is not None:
             extra += [flag, str(value)]
-    first = load()
-    print(f"start: load {first}", flush=True)
+    first, commit = load(), short_head(ROOT)  # the code the child imports
+    print(f"start: load {first}, commit {commit}", flush=True)
     t0 = time.perf_counter()
     p = start(ROOT, out, extra)
     usage: dict = {}
@@ -176,7 +176,7 @@ def single(args) -> None:
         "peak_rss_mb": rss,
         "load_start": first,
         "load_end": load(),
-        "commit": short_head(ROOT),
+        "commit": commit,
     }
     path = out / "segments.json"
     segments = []  # without a checkpoint this run is the whole flow
