@@ -18,8 +18,8 @@ printed digits.
 time, CPU time and peak memory (the process's maximum resident set size).
 With `--checkpoint-dir` the flow checkpoints and the same command resumes
 it after a kill or a `--budget`: every such segment (its flow wall time,
-CPU time, peak memory and load) is appended to `OUT/segments.json`, and the
-table sums them.
+CPU time, peak memory and load) is appended to `OUT/segments.json` (and its
+output to `OUT/log.txt`), and the table sums them.
 
     PYTHONPATH=. python benchmarks/text_speed.py --single 2048 --t1 2500 \\
         --jacobian-tol 5 --checkpoint-dir out/text_2048/ckpt --budget 4800 \\
@@ -53,7 +53,8 @@ def start(checkout: Path, out: Path, extra: list[str]) -> subprocess.Popen:
     cmd = ["nice", "-n", "0", sys.executable, str(checkout / "examples" / "real_text.py"),
            "--levels", "word", "--out", str(out), "--figure-dir", str(out / "figures"),
            *extra]  # fmt: skip
-    log = open(out / "log.txt", "w")  # noqa: SIM115  (closed by the child's end)
+    mode = "a" if "--checkpoint-dir" in extra else "w"  # a resumed run adds its log
+    log = open(out / "log.txt", mode)  # noqa: SIM115  (closed by the child's end)
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=out)
 
 
