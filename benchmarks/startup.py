@@ -40,6 +40,14 @@ def _load() -> str:
     return f"load {a:.2f} {b:.2f} {c:.2f}"
 
 
+def _checkouts(baseline: Path | None) -> dict[str, Path]:
+    """This checkout, and `baseline` (another checkout) when given."""
+    checkouts = {"this": ROOT}
+    if baseline is not None:
+        checkouts["baseline"] = baseline.resolve()
+    return checkouts
+
+
 def time_cli(checkout: Path, cache: Path, out: Path) -> float:
     env = dict(
         os.environ, PYTHONPATH=str(checkout), JAX_COMPILATION_CACHE_DIR=str(cache)
@@ -62,9 +70,7 @@ def time_cli(checkout: Path, cache: Path, out: Path) -> float:
 
 
 def cli_section(baseline: Path | None, repeats: int) -> None:
-    checkouts = {"this": ROOT}
-    if baseline is not None:
-        checkouts["baseline"] = baseline
+    checkouts = _checkouts(baseline)
     rows: dict[str, dict[str, list[float]]] = {
         k: {"cold": [], "warm": []} for k in checkouts
     }
@@ -177,49 +183,34 @@ def child_parts(out: Path, extra: list[str]) -> dict:
     }
 
 
-def parts_section(
-    repeats: int, extra: list[str], doc: str | None = None, baseline: Path | None = None
-) -> None:
-    """Cold and warm runs (each in a fresh process, the warm one with the
-    cache the cold one left), beside `python -c "import gradflow"`, split into
-    parts; the median over `repeats` pairs. With `baseline`, the same runs of
-    that checkout in alternation with this one's (each its own empty cache)."""
-    checkouts = {"this": ROOT}
-    if baseline is not None:
-        checkouts["baseline"] = baseline.resolve()
-    rows = {name: {"cold": [], "warm": []} for name in checkouts}
-    imports: dict[str, list[float]] = {name: [] for name in checkouts}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for r in range(repeats):
-            for name, checkout in checkouts.items():
-                env0 = dict(os.environ, PYTHONPATH=str(checkout))
-                t = time.perf_counter()
-                subprocess.run(
-                    [sys.executable, "-c", "import gradflow"], env=env0, check=True
-                )
-                imports[name].append(time.perf_counter() - t)
-                cache = tmp / f"cache-{name}-{r}"
-                for kind in ("cold", "warm"):
-                    env = dict(env0, JAX_COMPILATION_CACHE_DIR=str(cache))
-                    cmd = [sys.executable, __file__, "--child-parts",
-                           str(tmp / f"out-{name}-{r}-{kind}"), *extra]  # fmt: skip
-                    t = time.perf_counter()
-                    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                    wall = time.perf_counter() - t
-                    if done.returncode != 0:
-                        raise SystemExit(f"{checkout}: {done.stderr[-3000:]}")
-                    row = json.loads(done.stdout.strip().splitlines()[-1])
-                    row["wall"] = wall
-                    rows[name][kind].append(row)
-                    print(
-                        f"  {name} {kind}: {wall:5.1f} s wall; "
-                        + ", ".join(
-                            f"{k} {v:.2f}" for k, v in row.items() if k != "wall"
-                        )
-                        + f"   ({_load()})",
-                        flush=True,
-                    )
+def time_import(checkout: Path) -> float:
+    """Wall time of `python -c "import gradflow"` from `checkout`."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import gradflow"], env=env, check=True)
+    return time.perf_counter() - start
+
+
+def time_parts(checkout: Path, cache: Path, out: Path, extra: list[str]) -> dict:
+    """One `gradflow run` of `checkout` in a fresh process (`child_parts`)
+    with the compilation cache `cache`: its parts and its wall time."""
+    env = dict(
+        os.environ, PYTHONPATH=str(checkout), JAX_COMPILATION_CACHE_DIR=str(cache)
+    )
+    cmd = [sys.executable, __file__, "--child-parts", str(out), *extra]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{checkout}: {done.stderr[-3000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row["wall"] = wall
+    return row
+
+
+def parts_table(rows: dict, imports: dict, labelled: bool) -> list[str]:
+    """The markdown rows of `parts_section`: per checkout, the import and the
+    median of each part of its cold and warm runs."""
     keys = [k for k in rows["this"]["cold"][0] if k not in ("total", "wall")]
     lines = [
         "| `gradflow run` | wall s (median) | x `import gradflow` | "
@@ -227,12 +218,12 @@ def parts_section(
         + " |",
         "| --- | --- | --- |" + " --- |" * len(keys),
     ]
-    for name in checkouts:
+    for name in rows:
         imp = statistics.median(imports[name])
         print(
             f"{name}: `python -c 'import gradflow'`: median {imp:.2f} s {imports[name]}"
         )
-        label = "" if baseline is None else f"{name}: "
+        label = f"{name}: " if labelled else ""
         lines.append(
             f"| {label}`python -c 'import gradflow'` | {imp:.2f} | 1 |"
             + " |" * len(keys)
@@ -244,6 +235,38 @@ def parts_section(
                 + " | ".join(f"{med[k]:.2f}" for k in keys)
                 + " |"
             )
+    return lines
+
+
+def parts_section(
+    repeats: int, extra: list[str], doc: str | None = None, baseline: Path | None = None
+) -> None:
+    """Cold and warm runs (each in a fresh process, the warm one with the
+    cache the cold one left), beside `python -c "import gradflow"`, split into
+    parts; the median over `repeats` pairs. With `baseline`, the same runs of
+    that checkout in alternation with this one's (each its own empty cache)."""
+    checkouts = _checkouts(baseline)
+    rows = {name: {"cold": [], "warm": []} for name in checkouts}
+    imports: dict[str, list[float]] = {name: [] for name in checkouts}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for r in range(repeats):
+            for name, checkout in checkouts.items():
+                imports[name].append(time_import(checkout))
+                cache = tmp / f"cache-{name}-{r}"
+                for kind in ("cold", "warm"):
+                    out = tmp / f"out-{name}-{r}-{kind}"
+                    row = time_parts(checkout, cache, out, extra)
+                    rows[name][kind].append(row)
+                    measured = ", ".join(
+                        f"{k} {v:.2f}" for k, v in row.items() if k != "wall"
+                    )
+                    print(
+                        f"  {name} {kind}: {row['wall']:5.1f} s wall; {measured}"
+                        f"   ({_load()})",
+                        flush=True,
+                    )
+    lines = parts_table(rows, imports, labelled=baseline is not None)
     table = (
         "\n".join(lines) + f"\n\n({repeats} pairs of runs; load at the end {_load()})"
     )

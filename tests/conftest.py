@@ -5,6 +5,8 @@ import math
 import os
 import shutil
 import tempfile
+import traceback
+from pathlib import Path
 
 
 # One fresh persistent compilation cache for the test session, shared by the
@@ -143,12 +145,31 @@ _COMPILES = {"compilations": 0, "seconds": 0.0, "cache_hits": 0}
 
 _BY_FUNCTION: dict[str, list] = {}  # name: [compilations, seconds]
 
+# GRADFLOW_TEST_COMPILE_SITES=1: each program is tallied with the innermost
+# line of gradflow that asked for it (docs/performance.md, "Where the tier's
+# compiling goes, by the line that asks for it"), e.g. `_advance @
+# gradflow/_loop/loop.py:NNN run_chunk` for the solve's chunk.
+_SITES = os.environ.get("GRADFLOW_TEST_COMPILE_SITES", "") not in ("", "0")
+_PACKAGE = Path(gf.__file__).parent
+
+
+def _site() -> str:
+    """The innermost frame of the call stack in gradflow's package, as
+    `path:line function`."""
+    for frame in reversed(traceback.extract_stack()):
+        path = Path(frame.filename)
+        if path.is_relative_to(_PACKAGE):
+            where = path.relative_to(_PACKAGE.parent).as_posix()
+            return f"{where}:{frame.lineno} {frame.name}"
+    return "(outside gradflow)"
+
 
 def _on_duration(event: str, duration: float, fun_name: str = "?", **_) -> None:
     if event == "/jax/core/compile/backend_compile_duration":
         _COMPILES["compilations"] += 1
         _COMPILES["seconds"] += duration
-        tally = _BY_FUNCTION.setdefault(fun_name, [0, 0.0])
+        key = f"{fun_name} @ {_site()}" if _SITES else fun_name
+        tally = _BY_FUNCTION.setdefault(key, [0, 0.0])
         tally[0] += 1
         tally[1] += duration
 
@@ -217,8 +238,13 @@ def pytest_terminal_summary(terminalreporter):
         f"{_COMPILES['cache_hits']} loads from the persistent cache), "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    # GRADFLOW_TEST_COMPILES=N: the N functions that took the most compiling
+    # GRADFLOW_TEST_COMPILES=N: the N functions (with
+    # GRADFLOW_TEST_COMPILE_SITES=1, functions and lines) that took the most
+    # compiling, with their share of it
     top = int(os.environ.get("GRADFLOW_TEST_COMPILES", "0"))
     ranked = sorted(_BY_FUNCTION.items(), key=lambda kv: -kv[1][1])[:top]
+    total = max(_COMPILES["seconds"], 1e-9)
     for name, (count, seconds) in ranked:
-        terminalreporter.write_line(f"  {seconds:7.1f} s {count:5d} x {name}")
+        terminalreporter.write_line(
+            f"  {seconds:7.1f} s {seconds / total:6.1%} {count:5d} x {name}"
+        )
