@@ -27,7 +27,9 @@ of the same shapes, and with JAX's persistent cache); the other lanes start
 once it has finished its first chunk, so they compile the traced program
 for their devices while the first one already steps.
 
-A lane computes under `jax.default_device(device)` and leaves a member's
+A lane computes under `jax.default_device(device)` (the lane on the
+process's default device under no context: `jax.jit` keys its cache on the
+default device, and the solo runs have none set) and leaves a member's
 arrays uncommitted (placed on no device in particular), as a solo run's are:
 `jax.jit` moves them to the lane's device, and the chunk is lowered exactly
 as a solo run's. Arrays put on a device (`jax.device_put(x, device)`,
@@ -37,6 +39,7 @@ for the solo runs and again for the sweeps.
 """
 
 import collections
+import contextlib
 import dataclasses
 import threading
 from typing import Any
@@ -89,6 +92,18 @@ def _emptied(ws: WatchState, device) -> WatchState:
             )
         ),
     )
+
+
+def _default_device(device):
+    """`jax.default_device(device)` for this thread (JAX's default device is
+    set per thread), or nothing where `device` is already the default: the
+    default device is part of `jax.jit`'s cache key, so a lane on it shares
+    the solo runs' compiled chunk only outside the context (measured: a sweep
+    then a solo run of the same shapes compiled the chunk twice)."""
+    default = jax.config.jax_default_device  # (a new thread: the global value)
+    if device == default or (default is None and device == jax.devices()[0]):
+        return contextlib.nullcontext()
+    return jax.default_device(device)
 
 
 def _put(tree, device):
@@ -168,8 +183,7 @@ class LaneJob(Job):
             if k > 0:
                 # trace once (lane 0); the others compile the traced program
                 self._first_chunk.wait()
-            # (JAX's default device is set per thread)
-            with jax.default_device(device):
+            with _default_device(device):
                 ts, t1 = _put(self.ts, device), _put(self.t1, device)
                 while (i := self._next_member()) is not None:
                     self._run_member(i, device, ts, t1)
