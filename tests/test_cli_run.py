@@ -249,15 +249,17 @@ def test_cli_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
 
 
 def test_cli_out_of_steps_saves_partial_and_fails(tmp_path, capsys):
+    # 1,000 steps of a solve of ~3,000 (t1 20,000): the chunk of the module's
+    # other runs (a chunk takes at most --max-steps steps, and the chunk's
+    # length is compiled in), so no compilation of its own
     out = tmp_path / "partial"
-    code = main(
-        ["run", "--t1", "300", "--max-steps", "60", "--out", str(out), "--no-progress"]
-    )
+    argv = ["run", "--t1", "20000", "--max-steps", "1000", "--no-progress"]
+    code = main([*argv, "--out", str(out)])
     assert code == 1
     err = capsys.readouterr().err
-    assert "maximum number of steps (60)" in err and "partial trajectory" in err
+    assert "maximum number of steps (1000)" in err and "partial trajectory" in err
     traj = gf.load(out / "trajectory.npz")
-    assert not traj.ok and 0 < traj.t_final < 300
+    assert not traj.ok and 0 < traj.t_final < 20000
 
 
 def test_a_progress_bar_ends_where_the_work_stopped_and_its_line(capsys):
@@ -284,13 +286,13 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, capsys):
     """Ctrl-C in `gradflow run` keeps what was computed: the partial trajectory
     and tables are written, the exit code is 130, and the checkpoint resumes."""
     out, ck = tmp_path / "out", tmp_path / "ck.npz"
-    argv = ["run", "--t1", "300", "--no-progress", "--out", str(out)]
+    argv = ["run", "--t1", "20000", "--no-progress", "--out", str(out)]
     # Ctrl-C pressed once the first chunk is done (its checkpoint is written:
-    # --checkpoint-every 0 writes after every chunk); chunks of 60 steps, so
-    # that it lands inside the solve (of ~450 steps)
+    # --checkpoint-every 0 writes after every chunk); the default chunks of
+    # 1,000 steps (the module's compiled solve) and t1 20,000, so that it
+    # lands inside the solve (of ~3,000 steps: three chunks)
     with ctrl_c_when(ck.exists) as pressed:
-        code = main([*argv, "--checkpoint", str(ck), "--checkpoint-every", "0"]
-                    + ["--chunk-steps", "60"])  # fmt: skip
+        code = main([*argv, "--checkpoint", str(ck), "--checkpoint-every", "0"])
     assert pressed and code == 130
     err = capsys.readouterr().err
     # the notice of the first Ctrl-C, then the message: on a line of its own,
@@ -303,7 +305,7 @@ def test_cli_ctrl_c_saves_partial_and_exits_130(tmp_path, capsys):
     assert message.endswith(f"the checkpoint {ck} holds the state: run the same "
                             "command to resume")  # fmt: skip
     partial = gf.load(out / "trajectory.npz")
-    assert not partial.ok and 0 < partial.t_final < 300
+    assert not partial.ok and 0 < partial.t_final < 20000
     assert bool(partial.result == gf.RESULTS.interrupted)
     assert (out / "stages.csv").exists() and not (out / "summary.png").exists()
     assert main([*argv, "--checkpoint", str(ck), "--no-figures"]) == 0

@@ -345,8 +345,10 @@ def test_text_source_and_optimizer():
 
 
 def test_save_load_roundtrip(tmp_path):
+    # the run of test_results_do_not_depend_on_save_grid (lr 0.1, t1 3: 31
+    # saves, whose number is compiled in) from another start: its compiled step
     run = gf.train_sgd(
-        _small_chain(), init_scale=0.2, width=3, sgd=gf.SGD(0.5, BATCH), t1=2.0, **SMALL
+        _small_chain(), init_scale=0.2, width=3, sgd=gf.SGD(0.1, BATCH), t1=3.0, **SMALL
     )
     path = run.save(tmp_path / "run.npz")
     back = gf.load_sgd(path)
@@ -383,12 +385,14 @@ def test_save_load_roundtrip(tmp_path):
 
 
 def test_divergence_is_reported():
+    # 30 steps (31 saves, as in test_results_do_not_depend_on_save_grid: the
+    # same compiled step)
     run = gf.train_sgd(
         _small_chain(),
         init_scale=3.0,
         width=3,
         sgd=gf.SGD(1e200, BATCH),
-        t1=1e201,
+        t1=3e201,
         **SMALL,
     )
     assert not run.ok and "non-finite" in run.message and "lower lr" in run.message

@@ -265,6 +265,11 @@ def test_killed_run_resumes_to_the_same_bits(
     _assert_same_run(again, reference)
 
 
+# Momentum SGD: one object for the tests below (its functions are static: a
+# new object compiles the step anew).
+MOMENTUM = optax.sgd(0.2, momentum=0.5)
+
+
 def test_custom_optimizer_state_is_restored(tmp_path, reference):
     """Momentum SGD resumes to the same bits, with a new optimizer object (its
     repr, with memory addresses, differs); and the test can fail: the same
@@ -273,7 +278,7 @@ def test_custom_optimizer_state_is_restored(tmp_path, reference):
     opt = lambda: optax.sgd(0.2, momentum=0.5)  # a new object each call
     # Each new object compiles the step anew (its functions are static), so
     # the crashed run shares the reference's object; the resumed ones do not.
-    first, second = opt(), opt()
+    first, second = MOMENTUM, opt()
     assert repr(first) != repr(second)
     WATCH.reset()
     ref = _train(sgd=gf.SGD(0.2, 32, optimizer=first))
@@ -439,8 +444,8 @@ def test_checkpoint_of_another_call_is_refused(finished_checkpoint, change, matc
 
 def test_custom_optimizers_are_compared_by_content(tmp_path):
     path = tmp_path / "opt.ckpt.npz"
-    opt = optax.sgd(0.2, momentum=0.5)
-    _train(sgd=gf.SGD(0.2, 32, optimizer=opt), run=dict(checkpoint=path))
+    # (the module's momentum object: the compiled step of the test above)
+    _train(sgd=gf.SGD(0.2, 32, optimizer=MOMENTUM), run=dict(checkpoint=path))
     # Same kind and hyperparameters, another object: accepted (finished run).
     WATCH.reset()
     run = _train(

@@ -27,6 +27,12 @@ def _linear():
     return problem, problem.init(jax.random.key(0), 0.5)
 
 
+# The flows of `_linear` in this module take one solver and no stages, so that
+# they share compiled solves (one per vector field: the flow and the modified
+# flows of order 0, 1, 2; a solve's save times and t1 are not compiled in).
+TIGHT = gf.Solver("tsit5", rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "make",
     [pytest.param(_markov, marks=pytest.mark.slow), _linear],
@@ -39,7 +45,7 @@ def test_gd_converges_to_modified_flows_at_orders_1_2_3(make):
     problem, p0 = make()
     lrs, t1 = (0.04, 0.02, 0.01), 2.0
     saveat, quiet = gf.SaveAt(ts=[0.0, t1], stages=False), gf.Run(progress=False)
-    solver = gf.Solver("tsit5", rtol=1e-12, atol=1e-12)
+    solver = TIGHT
     dist = np.zeros((3, 3))
     for i, lr in enumerate(lrs):
         gd = gf.train_sgd(problem, p0, t1=t1, sgd=gf.SGD(lr, None), saveat=saveat,
@@ -93,9 +99,8 @@ def test_modified_flow_reports_the_original_loss():
     assert float(m.loss(p0)) == float(problem.loss(p0))
     assert gf.loss_levels(m) == gf.loss_levels(problem)
     problem, p0 = _linear()
-    kw = dict(
-        params=p0, t1=1.0, saveat=gf.SaveAt(stages=False), run=gf.Run(progress=False)
-    )
+    kw = dict(params=p0, t1=1.0, saveat=gf.SaveAt(stages=False),
+              run=gf.Run(progress=False), solver=TIGHT)  # fmt: skip
     plain = gf.flow(problem, **kw)
     zero = gf.flow(gf.modified_loss(problem, 0.2, order=0), **kw)
     # order 0 is the flow, bit for bit
@@ -286,15 +291,17 @@ def test_markov_exact_noise_near_the_finite_context_sampler():
 
 def test_sde_ensembles_are_reproducible_per_seed():
     problem, p0 = _discrete()
-    kw = dict(t1=1.0, sgd=gf.SGD(0.1, 2), run=gf.Run(progress=False),
-              saveat=gf.SaveAt(ts=np.linspace(0, 1, 11), stages=False))  # fmt: skip
+    # the settings of test_sde_mean_and_spread_follow_sgd (one compiled solve:
+    # its number of steps and of saves are compiled in)
+    kw = dict(t1=2.0, sgd=gf.SGD(0.05, 1), run=gf.Run(progress=False),
+              saveat=gf.SaveAt(ts=np.linspace(0, 2, 11), stages=False))  # fmt: skip
     a = gf.sgd_sde(problem, p0, seeds=[3, 5], **kw)
     b = gf.sgd_sde(problem, p0, seeds=[5], **kw)
     assert len(a) == 2 and [m.seed for m in a.members] == [3, 5]
     np.testing.assert_array_equal(_flat(a[1].params), _flat(b[0].params))
     np.testing.assert_array_equal(a[1].loss, b[0].loss)
     assert not np.array_equal(a[0].loss, a[1].loss)
-    np.testing.assert_array_equal(a.ts, np.linspace(0, 1, 11))
+    np.testing.assert_array_equal(a.ts, np.linspace(0, 2, 11))
     assert a[0].loss[0] == float(problem.loss(p0))
     # the estimated noise too
     c = gf.sgd_sde(problem, p0, seeds=[5], solver=gf.SDESolver(samples=8), **kw)
@@ -309,7 +316,9 @@ def test_sde_mean_and_spread_follow_sgd():
     and a factor 1.3 for the spread."""
     problem, p0 = _discrete()
     t1, sgd = 2.0, gf.SGD(0.05, 1)
-    saveat, quiet = gf.SaveAt(ts=[0.0, t1], stages=False), gf.Run(progress=False)
+    # (11 saves: the solve of test_sde_ensembles_are_reproducible_per_seed)
+    saveat = gf.SaveAt(ts=np.linspace(0, t1, 11), stages=False)
+    quiet = gf.Run(progress=False)
     n = 200
     sde = gf.sgd_sde(
         problem, p0, seeds=range(n), t1=t1, sgd=sgd, saveat=saveat, run=quiet
@@ -336,7 +345,8 @@ def test_compare_reports_modified_and_ensemble_crossings():
     quiet = gf.Run(progress=False)
     gd = gf.train_sgd(problem, p0, t1=t1, sgd=gf.SGD(lr, None),
                       saveat=gf.SaveAt(ts=ts, stages=False), run=quiet)  # fmt: skip
-    flow = gf.flow(problem, params=p0, t1=t1, saveat=gf.SaveAt(ts=ts), run=quiet)
+    flow = gf.flow(problem, params=p0, t1=t1, saveat=gf.SaveAt(ts=ts, stages=False),
+                   run=quiet, solver=TIGHT)  # fmt: skip
     cmp = gf.compare(flow, gd, modified=True)
     assert np.all(np.isfinite(cmp.modified_crossings))
     assert np.all(
