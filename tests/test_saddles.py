@@ -152,13 +152,10 @@ def test_saddle_events_follow_each_members_start():
     near = (np.array([1e-3, 2e-3]), np.array([-1e-3, 1.5e-3]))
     far = (np.array([1.0, 0.5]), np.array([0.2, -1.0]))
     starts = jax.tree.map(lambda *x: np.stack(x), near, far)
-    # One lane, on the first device, and the solo runs below under that device
-    # as the lane's default (`jax.default_device`, which a lane sets): the
-    # members and the solo runs share one compiled chunk (otherwise a lane on
-    # another device, and the solo runs outside the lane's device context,
-    # compile it again)
-    first = jax.devices()[0]
-    run = gf.Run(progress=False, devices=[first])
+    # One lane, on the process's default device, which runs the solo runs
+    # below: the members and the solo runs share one compiled chunk (a lane on
+    # another device compiles it again for its device)
+    run = gf.Run(progress=False, devices=[jax.devices()[0]])
     sw = gf.sweep([Product(jnp.asarray(2.0))], params=starts, t1=20.0, run=run)
     still, moving = sw[0], sw[1]
     assert [s.name for s in still.stages][:2] == ["plateau", "drop"]
@@ -168,8 +165,7 @@ def test_saddle_events_follow_each_members_start():
     assert [s.name for s in moving.stages] == ["drop"]
     assert not [e for e in moving.events if e.name in SADDLE_EVENTS]
     for member, start in ((still, near), (moving, far)):
-        with jax.default_device(first):
-            solo = gf.flow(Product(jnp.asarray(2.0)), params=start, t1=20.0, run=QUIET)
+        solo = gf.flow(Product(jnp.asarray(2.0)), params=start, t1=20.0, run=QUIET)
         assert member.stages == solo.stages and member.events == solo.events
 
 
