@@ -22,6 +22,7 @@ pytest.importorskip("h5netcdf", reason="the [analysis] extra is not installed")
 sys.path.insert(0, str(Path(__file__).parent))
 import analysis_data as data  # noqa: E402
 from analysis_data import assert_same_result, assert_same_sweep  # noqa: E402
+from test_saves import deep_linear  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +177,9 @@ def test_members_saved_at_other_times_go_on_a_member_dimension(sw, tmp_path):
 
 
 def test_deep_linear_committee_and_in_context_dimensions(tmp_path):
-    dl = data.deep_linear_run().to_xarray()
+    # tests/test_saves.py's deep linear network and its run there (to t = 60 on
+    # the default saves): one compiled solve for the two files
+    dl = gf.flow(deep_linear(), 1e-3, t1=60.0, run=data.QUIET).to_xarray()
     assert dl.W1.dims == ("t", "hidden1", "input")
     assert dl.W2.dims == ("t", "output", "hidden1")
     assert dl.modes.dims == ("t", "mode")

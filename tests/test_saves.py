@@ -85,11 +85,18 @@ def test_a_loss_that_is_nan_at_every_save_is_no_success():
     assert len(some) > 0 and np.isfinite(some.loss).all()
 
 
-@pytest.fixture(scope="module")
-def deep():
+def deep_linear():
+    """A deep linear network with three drops (also the network of
+    tests/test_labelled.py's dimension names: its flow to t = 60 on the
+    default saves is the grid run below, one compiled solve for the two)."""
     return gf.problems.DeepLinear.random(
         [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
     )
+
+
+@pytest.fixture(scope="module")
+def deep():
+    return deep_linear()
 
 
 def _flat(traj):

@@ -41,13 +41,18 @@ def crossing_time(ts, loss, level):
 @pytest.mark.parametrize("i", [1, 6])
 def test_member_equals_solo_integrate(sw, i):
     member = sw.members[i]
+    # The sweep's chunks of CHUNK_STEPS steps: the solo run is then the
+    # compiled chunk the sweep ran on its first device (gradflow/_sweep/lanes.py),
+    # not a compilation of its own (chunks of another size continue each other
+    # bit for bit: tests/test_checkpoint.py's
+    # test_chunk_size_does_not_change_the_solve).
     solo = gf.integrate(
         chains()[member.problem],
         member.init_scale,
         seed=member.seed,
         width=M,
         t1=T1,
-        run=gf.Run(progress=False),
+        run=gf.Run(progress=False, chunk_steps=CHUNK_STEPS),
     )
     traj = sw[i]
     assert traj.ok and solo.ok

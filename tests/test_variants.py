@@ -153,6 +153,13 @@ def np_finite_context_nll(p, seq):
 
 
 # --------------------------------------------------------------------------
+# Compiled once per model and shape, shared by the tests that evaluate them on
+# the same shapes (each compilation is most of such a test's time).
+
+population_loss = jax.jit(gf.population_loss)
+finite_context_loss = jax.jit(gf.finite_context_loss)
+population_grad = jax.jit(jax.grad(gf.population_loss))
+sample_loss = jax.jit(lambda problem, p, seqs: problem.sample_loss(p, seqs))
 
 
 @pytest.mark.parametrize("chain", CHAINS)
@@ -160,7 +167,7 @@ def np_finite_context_nll(p, seq):
 def test_closed_form_matches_independent_numpy(model, chain):
     for seed in range(2):
         p = random_variant(model, chain.d, 3, 0.6, seed)
-        loss = float(jax.jit(gf.population_loss)(p, chain))
+        loss = float(population_loss(p, chain))
         ref, ref_attn = np_population(p, np.asarray(chain.P), np.asarray(chain.pi))
         assert loss == pytest.approx(ref, rel=1e-10)
         A = np.asarray(jax.jit(gf.attention)(p, chain))
@@ -179,7 +186,7 @@ def test_finite_context_matches_independent_numpy(model):
     p = random_variant(model, chain.d, 3, 0.6, 7)
     seqs = sample_sequences(np.asarray(chain.P), np.asarray(chain.pi), 6, 9, seed=3)
     ref = np.mean([np_finite_context_nll(p, s) for s in seqs])
-    loss = jax.jit(gf.finite_context_loss)
+    loss = finite_context_loss
     assert float(loss(p, jnp.asarray(seqs))) == pytest.approx(ref, rel=1e-10)
     # a batch shape is kept, one sequence works alone
     logits = jax.eval_shape(
@@ -247,7 +254,8 @@ def test_closed_form_is_limit_of_finite_context(model, contexts, num):
 def test_gradient_matches_central_differences(model):
     chain = CHAINS[0]
     p = random_variant(model, chain.d, 3, 0.6, 11)
-    grad = jax.grad(gf.population_loss)(p, chain)
+    # compiled (one program per model instead of one per operation and shape)
+    grad = population_grad(p, chain)
     flat, unravel = jax.flatten_util.ravel_pytree(p)
     gflat, _ = jax.flatten_util.ravel_pytree(grad)
     loss = jax.jit(lambda x: gf.population_loss(unravel(x), chain))
@@ -261,13 +269,16 @@ def test_gradient_matches_central_differences(model):
 
 @pytest.mark.parametrize("model", params_of(MODELS))
 def test_loss_above_conditional_entropy(model):
+    # width 3: the loss compiled for test_closed_form_matches_independent_numpy
+    # (the same models, chains and width) is reused
     for chain in CHAINS:
         floor = float(chain.conditional_entropy)
-        loss = jax.jit(gf.population_loss)
         for scale in (0.3, 1.0, 3.0):
             for seed in range(3):
                 value = float(
-                    loss(random_variant(model, chain.d, 4, scale, seed), chain)
+                    population_loss(
+                        random_variant(model, chain.d, 3, scale, seed), chain
+                    )
                 )
                 assert np.isfinite(value) and value >= floor
 
@@ -372,7 +383,7 @@ def test_value_origin_is_higher_order_saddle(model, degree):
         gain = jnp.ones_like(p.gain) if model.norm else None
         return gf.VariantParams(**small, gain=gain, model=model)
 
-    g = jax.jit(jax.grad(gf.population_loss))
+    g = population_grad
     norms = []
     for lam in (1e-4, 2e-4):
         flat, _ = jax.flatten_util.ravel_pytree(g(scaled(lam), chain))
@@ -569,16 +580,16 @@ SGD_KW = dict(
 def test_sgd_batch_loss_is_the_finite_context_loss(model):
     """The training objective (counts for one layer, the causal forward for
     two) equals gf.finite_context_loss on the same sequences."""
-    chain = gf.chains.random(4, seed=2)
-    seqs = jnp.asarray(
-        sample_sequences(np.asarray(chain.P), np.asarray(chain.pi), 6, 9, seed=3),
-        jnp.int32,
-    )
-    p = random_variant(model, 4, 3, 0.6, 5)
-    # the loss SGD trains on: the problem's sample_loss
+    # the chain, sequences and parameters of
+    # test_finite_context_matches_independent_numpy: its compiled
+    # finite_context_loss is reused
+    chain = CHAINS[0]
+    seqs = sample_sequences(np.asarray(chain.P), np.asarray(chain.pi), 6, 9, seed=3)
+    p = random_variant(model, chain.d, 3, 0.6, 7)
+    # the loss SGD trains on (on its int32 batches): the problem's sample_loss
     problem = gf.problems.MarkovAttention(chain, width=3, model=model)
-    a = float(problem.sample_loss(p, seqs))
-    b = float(gf.finite_context_loss(p, seqs))
+    a = float(sample_loss(problem, p, jnp.asarray(seqs, jnp.int32)))
+    b = float(finite_context_loss(p, jnp.asarray(seqs)))
     assert a == pytest.approx(b, rel=1e-12, abs=1e-14)
 
 
