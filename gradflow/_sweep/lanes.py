@@ -148,7 +148,8 @@ class LaneJob(Job):
         self._pending = collections.deque(
             int(i) for i in np.flatnonzero(running & (steps < max_steps))
         )
-        self._crossings: list[tuple[int, Crossing]] = []
+        # (version of the snapshot that holds the chunk, member, crossing)
+        self._crossings: list[tuple[int, int, Crossing]] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._first_chunk = threading.Event()
@@ -221,7 +222,7 @@ class LaneJob(Job):
             flags, counts, times = old.running.copy(), old.steps.copy(), old.t.copy()
             flags[i], counts[i], times[i] = running, steps, float(_host(state.t))
             self._latest = Lanes(tuple(states), flags, counts, times, old.version + 1)
-            self._crossings.extend((i, c) for c in crossings)
+            self._crossings.extend((old.version + 1, i, c) for c in crossings)
             self.num_chunks += 1
             self._cond.notify_all()
 
@@ -253,9 +254,14 @@ class LaneJob(Job):
             return self._latest
 
     def collect(self, state: Lanes):
+        """The crossings of the chunks `state` holds, and only those: a lane
+        may have finished another chunk since `advance` returned `state`, and
+        its crossings belong to the next snapshot (a checkpoint of `state`
+        holding them would find them again on resuming, twice)."""
         with self._cond:
-            taken, self._crossings = self._crossings, []
-        for i, crossing in taken:
+            taken = [x for x in self._crossings if x[0] <= state.version]
+            self._crossings = [x for x in self._crossings if x[0] > state.version]
+        for _, i, crossing in taken:
             problem = self.setups[i].problem_dt
             self.records[i].append(event_record(self.observers[i], crossing, problem))
         return state, bool(taken)
