@@ -96,20 +96,6 @@ def _equinox_error_mode():
 
 
 @pytest.fixture(autouse=True)
-def _exported_programs():
-    """`gradflow.cli.main` (called in-process by the CLI tests) turns on
-    exported chunks (`gradflow/_loop/exported.py`) for the rest of its
-    process; every test starts and ends with them as they were (off), so a
-    library solve takes `jax.jit`'s path whatever test ran before it on the
-    same worker (tests/test_exported.py tests the other path)."""
-    from gradflow._loop import exported
-
-    directory = exported._DIR
-    yield
-    exported.enable(directory)
-
-
-@pytest.fixture(autouse=True)
 def _python_sigint():
     """Python's own Ctrl-C handler in every test, whatever the test process
     inherited: a process started in the background of a non-interactive shell

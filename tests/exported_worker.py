@@ -1,12 +1,15 @@
 """One process of tests/test_exported.py (run as `python exported_worker.py
-STEP DIR`, without the tests' import hook):
+STEP`, without the tests' import hook, `JAX_COMPILATION_CACHE_DIR` set to a
+folder of the test's):
 
-- `export`: with exported chunks kept in DIR, solves a small chain (one file
-  written, the chunk run through it), solves it again with them off
-  (`jax.jit`'s path) and checks the two bit for bit; saves the solve.
-- `load`: (a later process) with exporting made to raise, solves again: the
-  chunk loaded from DIR's file, the solve equal to the saved one bit for bit;
-  then damages the file and solves again: the file exported anew.
+- `export`: solves a small chain by `jax.jit`'s path, then with the command
+  line's cache on (`gradflow.cli.enable_compilation_cache`, which keeps
+  exported chunks in its `gradflow-export` folder): the chunk exported to
+  one file (`jax.export.export` called once), the solve equal to the first
+  bit for bit; saves it.
+- `load`: (a later process) the command line's cache on, `jax.export.export`
+  made to raise: the chunk read from its file (`jax.export.deserialize`
+  called once), the solve equal to the saved one bit for bit.
 
 Prints `STEP: ok` at the end."""
 
@@ -14,15 +17,26 @@ import os
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
+import gradflow as gf
+from gradflow.cli import enable_compilation_cache
 
-os.environ.setdefault("EQX_ON_ERROR", "nan")  # as the command line runs
 
-import jax  # noqa: E402
+CALLS = {"export": 0, "deserialize": 0}
 
-import gradflow as gf  # noqa: E402
-from gradflow._loop import exported  # noqa: E402
+
+def _counted(name, fn):
+    def counted(*args, **kwargs):
+        CALLS[name] += 1
+        return fn(*args, **kwargs)
+
+    return counted
+
+
+jax.export.export = _counted("export", jax.export.export)
+jax.export.deserialize = _counted("deserialize", jax.export.deserialize)
 
 
 def solve():
@@ -31,8 +45,9 @@ def solve():
                         run=gf.Run(progress=False),
                         saveat=gf.SaveAt(stages=False))  # fmt: skip
     assert traj.ok, traj.message
+    leaves = jax.tree.leaves(traj.params)
     return {"ts": np.asarray(traj.ts), "loss": np.asarray(traj.loss),
-            **{f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(traj.params))},
+            **{f"p{i}": np.asarray(x) for i, x in enumerate(leaves)},
             "steps": np.asarray(traj.stats.num_steps)}  # fmt: skip
 
 
@@ -42,36 +57,28 @@ def assert_equal(a, b):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def main(step: str, folder: Path) -> None:
-    exported.enable(folder / "export")
+def main(step: str) -> None:
+    folder = Path(os.environ["JAX_COMPILATION_CACHE_DIR"]).parent
     if step == "export":
-        via_file = solve()
-        assert len(exported._LOADED) == 1, "the chunk did not run through a file"
-        assert len(list((folder / "export").glob("*.jaxexport"))) == 1
-        exported.enable(None)
-        assert_equal(via_file, solve())
-        np.savez(folder / "solve.npz", **via_file)
+        by_jit = solve()  # the command line's cache not yet on: jax.jit's path
+        assert CALLS == {"export": 0, "deserialize": 0}, CALLS
+        files = enable_compilation_cache() / "gradflow-export"
+        by_file = solve()
+        assert CALLS["export"] == 1 and len(list(files.glob("*.jaxexport"))) == 1
+        assert_equal(by_jit, by_file)
+        np.savez(folder / "solve.npz", **by_file)
     else:
-        saved = dict(np.load(folder / "solve.npz"))
-        export = jax.export.export
+        enable_compilation_cache()
 
         def no_export(*args, **kwargs):
             raise AssertionError("traced and exported again instead of loaded")
 
         jax.export.export = no_export
-        loaded = solve()
-        # (a failed export falls back to jax.jit silently: the program loaded)
-        assert len(exported._LOADED) == 1, "the chunk was not loaded from its file"
-        assert_equal(saved, loaded)
-        jax.export.export = export
-        (path,) = (folder / "export").glob("*.jaxexport")
-        path.write_bytes(b"damaged")
-        exported._LOADED.clear()
-        assert_equal(saved, solve())
-        assert len(exported._LOADED) == 1
-        jax.export.deserialize(bytearray(path.read_bytes()))
+        assert_equal(dict(np.load(folder / "solve.npz")), solve())
+        # (a failed export would fall back to jax.jit silently: it was read)
+        assert CALLS["deserialize"] == 1, CALLS
     print(f"{step}: ok")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1])

@@ -46,7 +46,11 @@ REEXPORTS = (
 # The public namespaces: what a problem's package may import from the core.
 PUBLIC_NAMESPACES = (gf, gf.theory, gf.plot, gf.problems, gf.solvers, gf.text)
 MAX_PARAMETERS = 10
-MAX_PRIVATE_TEST_IMPORTS = 10
+# Tests import a private module only to test it for itself, with a comment
+# saying why: ten until issue 42's fifth pass, which added the key of exported
+# chunks (tests/test_exported.py) and the lanes' snapshot race
+# (tests/test_sweep.py), neither observable through a public call.
+MAX_PRIVATE_TEST_IMPORTS = 12
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 120
 
