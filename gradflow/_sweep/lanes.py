@@ -100,7 +100,8 @@ def _default_device(device):
     default device is part of `jax.jit`'s cache key, so a lane on it shares
     the solo runs' compiled chunk only outside the context (measured: a sweep
     then a solo run of the same shapes compiled the chunk twice)."""
-    default = jax.config.jax_default_device  # (a new thread: the global value)
+    # (a new thread: the global value; JAX types no attribute for it)
+    default = getattr(jax.config, "jax_default_device", None)
     if device == default or (default is None and device == jax.devices()[0]):
         return contextlib.nullcontext()
     return jax.default_device(device)
