@@ -4,6 +4,9 @@ never reports success without saves, and the motion saves of
 `gf.SaveAt(motion=...)` (dense saves where the flow moves fast;
 `gradflow.SaveAt`'s docstring, `docs/stages.md`, "Save grid")."""
 
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,20 +16,12 @@ from jax.flatten_util import ravel_pytree
 import gradflow as gf
 
 
+sys.path.insert(0, str(Path(__file__).parent))
+from user_problems import Quadratic  # noqa: E402
+
+
 QUIET = gf.Run(progress=False)
 C = np.array([1.0, 2.0, 3.0])
-
-
-class Quadratic(gf.Problem):
-    """1/2 |p - c|^2: the flow is p(t) = c + (p0 - c) e^{-t}, exactly."""
-
-    c: jax.Array
-
-    def loss(self, params):
-        return 0.5 * jnp.sum((params - self.c) ** 2)
-
-    def init(self, key, init_scale):
-        return init_scale * jax.random.normal(key, self.c.shape, self.c.dtype)
 
 
 @pytest.fixture(scope="module")

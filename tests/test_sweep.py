@@ -20,6 +20,7 @@ import gradflow as gf
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from sweep_worker import CHUNK_STEPS, DELTAS, SEEDS, T1, D, M, small_sweep  # noqa: E402
+from user_problems import Quadratic  # noqa: E402
 
 
 def chains():
@@ -249,18 +250,6 @@ def test_ctrl_c_stops_every_lane_and_resumes(tmp_path):
         assert a.result == b.result
 
 
-class _Quadratic(gf.Problem):
-    """A problem of another class than the paper's model (never solved here)."""
-
-    target: jax.Array
-
-    def loss(self, params):
-        return 0.5 * jnp.sum((params - self.target) ** 2)
-
-    def init(self, key, init_scale):
-        return init_scale * jax.random.normal(key, self.target.shape)
-
-
 def test_a_snapshot_collects_only_the_crossings_of_its_own_chunks():
     """The driver reads the lanes' latest snapshot (`advance`), then its
     events (`collect`): a lane that finished another chunk in between must
@@ -279,7 +268,7 @@ def test_a_snapshot_collects_only_the_crossings_of_its_own_chunks():
     def crossing(t):
         return lanes.Crossing(t=t, index=0, y=jnp.zeros(2))
 
-    setup = SimpleNamespace(problem_dt=_Quadratic(jnp.ones(2)))
+    setup = SimpleNamespace(problem_dt=Quadratic(jnp.ones(2)))
     observer = SimpleNamespace(names=["e"])
     job = lanes.LaneJob(
         [setup, setup], [None, None], [observer, observer],
@@ -324,11 +313,11 @@ def test_sweep_of_problems_equals_the_sweep_of_chains(sw):
 
     chain4, chain5 = gf.chains.sticky(4), gf.chains.sticky(5)
     paper = gf.problems.MarkovAttention(chain4, width=M)
-    other = _Quadratic(jnp.ones(3))
+    other = Quadratic(jnp.ones(3))
     call = dict(init_scale=1e-3, t1=T1, run=gf.Run(progress=False))
     with pytest.raises(
         ValueError,
-        match=r"of one class: problems\[1\] is a _Quadratic, problems\[0\] a Markov",
+        match=r"of one class: problems\[1\] is a Quadratic, problems\[0\] a Markov",
     ):
         gf.sweep([paper, other], **call)
     # a chain among problems becomes the paper's model with the call's options
