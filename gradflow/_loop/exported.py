@@ -217,7 +217,7 @@ class _Pickler(pickle.Pickler):
     `MISSING` in a Module's treedef) by reference, so that it comes back as
     the same object: a copy would not compare equal."""
 
-    def persistent_id(self, obj):  # pyright: ignore[reportIncompatibleMethodOverride]
+    def persistent_id(self, obj):
         if isinstance(obj, (type, str, bytes, int, float, bool, tuple, type(None))):
             return None
         module = sys.modules.get(type(obj).__module__)
@@ -252,10 +252,10 @@ def _load_treedef(data: bytes):
     return _Unpickler(io.BytesIO(data)).load()
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes | bytearray) -> None:
     """Writes `path` whole or not at all (another process may read it)."""
     try:
-        _DIR.mkdir(parents=True, exist_ok=True)  # pyright: ignore[reportOptionalMemberAccess]
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{np.random.randint(1 << 30)}")
         tmp.write_bytes(data)
         tmp.replace(path)
