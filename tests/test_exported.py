@@ -64,3 +64,32 @@ def test_a_later_process_loads_the_exported_chunk(tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.strip().endswith(f"{step}: ok"), done.stdout
+
+
+def test_an_exported_call_keeps_an_output_structure_of_its_own(tmp_path):
+    """A function whose output is not shaped like its last argument (the
+    loop's initial state, the start's curvature) is exported with its output's
+    treedef beside it; a later load (here: the process's table of loaded
+    programs emptied) reads both and gives the same structure, equal to the
+    original (Equinox's `MISSING` in a Module's treedef comes back as
+    itself), and the same numbers."""
+
+    def fn(x, y):
+        params = gf.Params(W0=x, W1=(x * y).T, WQ=y[:, :2], WK=y[:, :2] - 1.0)
+        return {"params": params, "total": jnp.sum(x) + jnp.sum(y)}
+
+    x, y = jnp.arange(6.0).reshape(2, 3), jnp.linspace(0.0, 1.0, 6).reshape(2, 3)
+    want = fn(x, y)
+    exported.enable(tmp_path)
+    try:
+        first = exported.call("test_structure", fn, x, y, same_structure=False)
+        assert len(list(tmp_path.glob("*.treedef"))) == 1
+        exported._LOADED.clear()
+        again = exported.call("test_structure", fn, x, y, same_structure=False)
+    finally:
+        exported.enable(None)
+        exported._LOADED.clear()
+    for got in (first, again):
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            assert a.dtype == b.dtype and bool(jnp.all(a == b))

@@ -47,4 +47,17 @@ def scaled_normal(key, shape: tuple[int, ...], scale: float, dtype) -> jax.Array
     return jax.device_put(flat.reshape(shape) * np.asarray(scale, dtype=flat.dtype))
 
 
-__all__ = ["scaled_normal"]
+# `jax.random.key(seed)` and `tuple(jax.random.split(key, n))` run eagerly
+# compile (or load) two tiny programs each (the seed staged, then seeded; the
+# keys split, then unstacked); jitted whole, one each. Integer arithmetic
+# only: the same keys, bit for bit.
+new_key = jax.jit(jax.random.key)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def split_key(key, num: int) -> tuple:
+    """`tuple(jax.random.split(key, num))` as one program."""
+    return tuple(jax.random.split(key, num))
+
+
+__all__ = ["new_key", "scaled_normal", "split_key"]

@@ -20,6 +20,7 @@ runs the unwrapped solver.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._core.records import SADDLE_EVENTS
@@ -104,9 +105,11 @@ class Observer(eqx.Module):
         if not self.stages or self.still is None:
             builtin = (True, False) if self.stages else ()
             return builtin + (True,) * len(self.events)
-        still = jnp.asarray(self.still, bool)
-        rest = jnp.ones((len(self.events),), bool)
-        return jnp.concatenate([jnp.stack([still, ~still]), rest])
+        # built on the host and put on the device: five tiny programs
+        # fewer for a process to compile or load
+        still = np.asarray(self.still, bool)
+        rest = np.ones((len(self.events),), bool)
+        return jax.device_put(np.concatenate([np.stack([still, ~still]), rest]))
 
     @property
     def watches(self) -> bool:

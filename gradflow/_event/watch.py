@@ -32,6 +32,7 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
@@ -325,6 +326,29 @@ def empty_buffer(state: WatchState) -> WatchState:
     )
 
 
+def empty_buffer_on_host(state: WatchState) -> WatchState:
+    """[`empty_buffer`][] built on the host: the same values, exactly, put on
+    the device without compiling anything (a jitted `empty_buffer` is one
+    more program for every process whose solve crosses an event)."""
+
+    def full(x, value):
+        return jax.device_put(np.full(np.shape(x), value, x.dtype))
+
+    state = eqx.tree_at(
+        lambda s: (s.count, s.t, s.index),
+        state,
+        (full(state.count, 0), full(state.t, np.inf), full(state.index, -1)),
+    )
+    if state.trace is None:
+        return state
+    tr = state.trace
+    return eqx.tree_at(
+        lambda s: (s.trace.count, s.trace.t),
+        state,
+        (full(tr.count, 0), full(tr.t, np.inf)),
+    )
+
+
 __all__ = [
     "DOWN",
     "EITHER",
@@ -333,4 +357,5 @@ __all__ = [
     "Watch",
     "WatchState",
     "direction_code",
+    "empty_buffer_on_host",
 ]

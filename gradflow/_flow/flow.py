@@ -23,6 +23,7 @@ from jaxtyping import PyTree
 from .._core.records import SADDLE_EVENTS, EventRecord
 from .._event.observe import Observer, save_point
 from .._event.watch import Watch, WatchState
+from .._loop import exported
 from .._loop.checkpoint import Checkpointer, pack_tree, problem_inputs
 from .._loop.driver import drive, interrupted, interrupted_message
 from .._loop.loop import (
@@ -80,7 +81,20 @@ class GradientFlow(eqx.Module):
         return jax.tree.map(jnp.negative, grad)
 
 
-_loss = eqx.filter_jit(lambda problem, y: problem.loss(y))
+def _loss_at(problem: Problem, y: PyTree):
+    return problem.loss(y)
+
+
+_loss_jit = eqx.filter_jit(_loss_at)
+
+
+def _loss(problem: Problem, y: PyTree):
+    """The loss at `y`, compiled (where exported programs are on, the command
+    line's warm start loads the traced program: `gradflow/_loop/exported.py`)."""
+    out = exported.call("loss", _loss_at, problem, y, same_structure=False)
+    return _loss_jit(problem, y) if out is None else out
+
+
 _save_point = eqx.filter_jit(save_point)
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core.random import new_key
 from .._core.validate import (
     check_dtype,
     check_init_scale,
@@ -52,7 +53,7 @@ def initial_point(problem: Problem, *, init_scale, params, seed: int, dtype):
         )
     if params is None:
         init_scale = check_init_scale(init_scale)
-        draw = problem.init(jax.random.key(seed), init_scale)
+        draw = problem.init(new_key(seed), init_scale)
         return jax.tree.map(lambda x: jnp.asarray(x, dtype), draw), init_scale
     return check_start(problem, params, dtype), None
 

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import diffrax as dfx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -204,8 +205,12 @@ _IMPLICIT_FAILURES = (
 
 def _diffrax_name(result) -> str | None:
     """The name of a Diffrax result (`"max_steps_reached"`, ...), if known."""
+    # compared on the host, by the item's one leaf (its integer): `==`
+    # would compile a program for an eager `equal`
+    (value,) = jax.tree.leaves(result)
+    value = np.asarray(value)
     for name, item in dfx.RESULTS._name_to_item.items():
-        if bool(np.asarray(result == item)):
+        if value == np.asarray(jax.tree.leaves(item)[0]):
             return name
     return None
 

@@ -23,10 +23,22 @@ not gradflow's, Diffrax's, Equinox's or JAX's own (a user's event condition,
 say) is not exported: its behaviour may depend on state no key can see. Such
 calls, calls under a transformation (a sweep's `vmap`) and any failure to
 export take the ordinary path, `jax.jit`.
+
+A chunk returns its state, so its output has the structure of its last
+input. A function whose output has another structure (the loop's initial
+state, built from the start) is exported with that structure beside it, in a
+file of its own (`{key}.treedef`, pickled): a later process unflattens the
+loaded program's outputs with it and traces nothing. A treedef is kept only
+where it comes back equal to itself (its static parts, such as Equinox's
+`MISSING` sentinel, are pickled by reference when they are constants of their
+module).
 """
 
 import hashlib
 import importlib.metadata
+import io
+import pickle
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +51,7 @@ import numpy as np
 
 _DIR: Path | None = None
 _SOURCE: str | None = None
-_LOADED: dict[str, Callable] = {}
+_LOADED: dict[str, tuple[Callable, Any]] = {}
 _TRUSTED = ("gradflow", "diffrax", "equinox", "jax", "jaxlib", "lineax", "optimistix")
 _PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "lineax", "optimistix", "numpy")
 
@@ -171,11 +183,12 @@ def _key(name: str, tree) -> tuple[str, list, Any, Any]:
     return h.hexdigest()[:32], leaves, treedef, static
 
 
-def call(name: str, fn: Callable, *args) -> Any:
-    """`fn(*args)` (a pure function whose output has the structure of its
-    last argument, as a chunk returns its state) through an exported program
-    when [`enable`][] is on and the call can be keyed; `None` otherwise (the
-    caller takes its ordinary path)."""
+def call(name: str, fn: Callable, *args, same_structure: bool = True) -> Any:
+    """`fn(*args)` (a pure function) through an exported program when
+    [`enable`][] is on and the call can be keyed; `None` otherwise (the
+    caller takes its ordinary path). `same_structure`: the output has the
+    structure of the last argument (as a chunk returns its state); `False`:
+    its structure is kept beside the exported program."""
     if _DIR is None:
         return None
     tracer = jax.core.Tracer  # pyright: ignore[reportAttributeAccessIssue]
@@ -185,30 +198,96 @@ def call(name: str, fn: Callable, *args) -> Any:
         key, leaves, treedef, static = _key(name, args)
     except _Unkeyable:
         return None
-    run = _LOADED.get(key)
-    if run is None:
-        run = _load_or_export(key, fn, leaves, treedef, static)
-        if run is None:
+    loaded = _LOADED.get(key)
+    if loaded is None:
+        loaded = _load_or_export(
+            key, fn, leaves, treedef, static, same_structure=same_structure
+        )
+        if loaded is None:
             return None
-        _LOADED[key] = run
-    out_def = jax.tree.structure(args[-1])
+        _LOADED[key] = loaded
+    run, out_def = loaded
+    if out_def is None:
+        out_def = jax.tree.structure(args[-1])
     return jax.tree.unflatten(out_def, run(*leaves))
 
 
-def _load_or_export(key, fn, leaves, treedef, static) -> Callable | None:
+class _Pickler(pickle.Pickler):
+    """Pickles a module-level constant of its class's own module (Equinox's
+    `MISSING` in a Module's treedef) by reference, so that it comes back as
+    the same object: a copy would not compare equal."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, (type, str, bytes, int, float, bool, tuple, type(None))):
+            return None
+        module = sys.modules.get(type(obj).__module__)
+        if module is None:
+            return None
+        for attr, value in vars(module).items():
+            if value is obj:
+                return (module.__name__, attr)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        module, attr = pid
+        return getattr(sys.modules[module], attr)
+
+
+def _dump_treedef(treedef) -> bytes | None:
+    """`treedef` pickled, if it comes back equal to itself; else `None`."""
+    try:
+        buf = io.BytesIO()
+        _Pickler(buf).dump(treedef)
+        data = buf.getvalue()
+        if _load_treedef(data) != treedef:
+            return None
+    except Exception:  # noqa: BLE001  (not picklable: not exported)
+        return None
+    return data
+
+
+def _load_treedef(data: bytes):
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+def _write(path: Path, data: bytes | bytearray) -> None:
+    """Writes `path` whole or not at all (another process may read it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{np.random.randint(1 << 30)}")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def _load_or_export(
+    key, fn, leaves, treedef, static, *, same_structure
+) -> tuple[Callable, Any] | None:
+    """The loaded (or newly exported) program of `key` and its output's
+    treedef (`None` where it is the last argument's)."""
     assert _DIR is not None
     path = _DIR / f"{key}.jaxexport"
+    tree_path = _DIR / f"{key}.treedef"
     exported = None
+    out_def = None
     if path.exists():
         try:
+            if not same_structure:
+                out_def = _load_treedef(tree_path.read_bytes())
             exported = jax.export.deserialize(bytearray(path.read_bytes()))
-        except Exception:  # noqa: BLE001  (a damaged file: export again)
+        except Exception:  # noqa: BLE001  (a damaged or missing file: export again)
             exported = None
     if exported is None:
+        out_defs = []
 
         def flat(*xs):
             args = eqx.combine(jax.tree.unflatten(treedef, xs), static)
-            return jax.tree.leaves(fn(*args))
+            out_leaves, out_tree = jax.tree.flatten(fn(*args))
+            out_defs.append(out_tree)
+            return out_leaves
 
         avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
         try:
@@ -216,14 +295,14 @@ def _load_or_export(key, fn, leaves, treedef, static) -> Callable | None:
             data = exported.serialize()
         except Exception:  # noqa: BLE001  (not exportable: the ordinary path)
             return None
-        try:
-            _DIR.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{np.random.randint(1 << 30)}")
-            tmp.write_bytes(data)
-            tmp.replace(path)
-        except OSError:
-            pass
-    return jax.jit(exported.call)
+        if not same_structure:
+            out_def = out_defs[-1]
+            tree_data = _dump_treedef(out_def)
+            if tree_data is None:
+                return None
+            _write(tree_path, tree_data)
+        _write(path, data)
+    return jax.jit(exported.call), out_def
 
 
 __all__ = ["call", "enable", "enabled"]

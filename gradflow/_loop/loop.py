@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
-from .._event.watch import WatchState, empty_buffer
+from .._event.watch import WatchState, empty_buffer_on_host
 from . import exported
 from .checkpoint import pack_tree
 from .driver import Job
@@ -216,13 +216,19 @@ def init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
     has both) would make the first chunk compile once more. (`device_put`
     of a host copy, not `jnp.asarray`: in JAX 0.10 the latter compiles a
     tiny `jit(stage)` per new shape and dtype, 17 of a warm start's
-    compilations here.)"""
-    state = _init_state(spec, y0=y0, args=args, t0=t0, t1=t1, ts=ts)
+    compilations here.) Where exported programs are on (the command line),
+    a warm start loads the traced program with its output's structure
+    (`gradflow/_loop/exported.py`) instead of tracing and lowering it again."""
+    state = exported.call(
+        "init_state", _init_state, spec, y0, args, (t0, t1, ts), same_structure=False
+    )
+    if state is None:
+        state = _init_state_jit(spec, y0, args, (t0, t1, ts))
     return jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state)
 
 
-@eqx.filter_jit
-def _init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
+def _init_state(spec: Spec, y0, args, times) -> LoopState:
+    t0, t1, ts = times
     term = spec.term
     solver = spec.solver
     tnext, controller_state = spec.controller.init(
@@ -247,6 +253,9 @@ def _init_state(spec: Spec, *, y0, args, t0, t1, ts) -> LoopState:
         running=jnp.asarray(True),
         solver_result=dfx.RESULTS.successful,
     )
+
+
+_init_state_jit = eqx.filter_jit(_init_state)
 
 
 def _chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
@@ -357,7 +366,7 @@ class Crossing:
     y: Any
 
 
-_empty = eqx.filter_jit(empty_buffer)
+_empty = empty_buffer_on_host
 
 
 def read_buffer(
@@ -368,7 +377,7 @@ def read_buffer(
 ) -> tuple[LoopState, list[Crossing]]:
     """Takes the crossings out of a [`Watch`][] buffer (host side), returning
     the state with an empty buffer (`empty(ws)`: the watch state with its
-    buffer emptied; by default `empty_buffer`, compiled). Raises if crossings
+    buffer emptied; by default `empty_buffer`'s values, built on the host). Raises if crossings
     did not fit (naming the sweep's `member` whose state it is, if given)."""
     ws = state.solver_state
     if not isinstance(ws, WatchState):

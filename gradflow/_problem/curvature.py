@@ -31,6 +31,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._core.threads import with_limited_blas_threads
+from .._loop import exported
 from .base import Problem
 
 
@@ -155,7 +156,6 @@ class StartPoint(NamedTuple):
     hg_norm: float
 
 
-@eqx.filter_jit
 def _start_point(problem: Problem, params):
     loss, grad = jax.value_and_grad(problem.loss)(params)
     g = ravel_pytree(grad)[0]
@@ -167,10 +167,17 @@ def _start_point(problem: Problem, params):
     return loss, jnp.sqrt(jnp.sum(g**2)), jnp.sqrt(jnp.sum(hg**2))
 
 
+_start_point_jit = eqx.filter_jit(_start_point)
+
+
 def start_point(problem: Problem, params) -> StartPoint:
     """$L$, $|\\nabla L|$ and $|H\\nabla L|$ at one point (one compilation per
-    problem class and shapes)."""
-    loss, grad_norm, hg_norm = _start_point(problem, params)
+    problem class and shapes; where exported programs are on, the command
+    line's warm start loads it, `gradflow/_loop/exported.py`)."""
+    out = exported.call(
+        "start_point", _start_point, problem, params, same_structure=False
+    )
+    loss, grad_norm, hg_norm = _start_point_jit(problem, params) if out is None else out
     return StartPoint(float(loss), float(grad_norm), float(hg_norm))
 
 

@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
+from .._core.random import new_key
 from .._core.records import stage_events
 from .._core.validate import check_finite_entries
+from .._loop import exported
 from .._loop.loop import save_buffer_size
 from .._stages import matrix_spectra, stages_and_rests
 from .base import (
@@ -117,7 +119,7 @@ def initial_size(problem: Problem, params: PyTree) -> float:
     `problem.init` draws around zero (a leaf that `init` sets to a nonzero
     constant, such as a normalisation gain of 1, is left out). The default
     `atol` is tied to it: saddle escapes grow from components that small."""
-    fixed = jax.tree.leaves(problem.init(jax.random.key(0), 0.0))
+    fixed = jax.tree.leaves(problem.init(new_key(0), 0.0))
     leaves = [
         np.ravel(np.asarray(x))
         for x, zero in zip(jax.tree.leaves(params), fixed, strict=True)
@@ -218,11 +220,13 @@ def observe_batch(params: PyTree) -> int:
     return max(1, OBSERVE_BATCH_ENTRIES // max(size, longest**2))
 
 
-@eqx.filter_jit
 def _observe_many(problem, params):
     # Module level, the problem as an argument: one compilation per class,
     # statics and shapes, not one per call.
     return jax.vmap(lambda p: observe(problem, p))(params)
+
+
+_observe_many_jit = eqx.filter_jit(_observe_many)
 
 
 def observe_saves(
@@ -259,7 +263,13 @@ def observe_saves(
         batch_params = jax.tree.map(
             lambda x, i=idx: jax.device_put(np.asarray(x)[i]), params
         )
-        out = _observe_many(problem, batch_params)
+        # (where exported programs are on, the command line's warm start
+        # loads the traced program: gradflow/_loop/exported.py)
+        out = exported.call(
+            "observe_many", _observe_many, problem, batch_params, same_structure=False
+        )
+        if out is None:
+            out = _observe_many_jit(problem, batch_params)
         chunks.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 

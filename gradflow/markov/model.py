@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, Int
 
 from .._core.custom_types import Scalar
 from .._core.errors import show
-from .._core.random import scaled_normal
+from .._core.random import scaled_normal, split_key
 from .._core.validate import check_finite_entries, check_init_scale, check_seed
 from .blocked import BLOCKED_MIN_D, blocked_population_loss
 from .chain import MarkovChain
@@ -142,7 +142,7 @@ def draw_params(key, d: int, width: int, init_scale: float, *, dtype, model: Mod
     m = int(width)
     if not model.minimal:
         return init_variant_params(key, d, m, init_scale, dtype=dtype, model=model)
-    k0, k1, kq, kk = jax.random.split(key, 4)
+    k0, k1, kq, kk = split_key(key, 4)
 
     def normal(key, shape):
         return scaled_normal(key, shape, init_scale, dtype)
