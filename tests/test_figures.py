@@ -182,3 +182,23 @@ def test_plot_all_writes_the_bytes_save_figure_writes(traj, tmp_path):
     with pytest.raises(IsADirectoryError):
         plot.plot_all(traj, blocked)
     assert (blocked / "attention.png").stat().st_size > 10_000
+
+
+def test_save_figure_keeps_the_log_ticks_inside_the_view(tmp_path):
+    # matplotlib's LogLocator places ticks up to a decade beyond the view,
+    # never drawn; save_figure leaves them out (docs/performance.md, "Issue
+    # 42, sixth pass") and keeps every tick inside
+    fig, ax = plot.pyplot().subplots(layout="constrained")
+    ax.plot([0.05, 5000.0], [4e-3, 5.0])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.05, 5000.0)
+    axes = (ax.xaxis, ax.yaxis)
+    before = [np.asarray(a.get_ticklocs(minor=m)) for a in axes for m in (0, 1)]
+    plot.save_figure(fig, tmp_path / "log", ("png",))
+    after = [np.asarray(a.get_ticklocs(minor=m)) for a in axes for m in (0, 1)]
+    views = [a.get_view_interval() for a in axes for _ in (0, 1)]
+    for old, new, (lo, hi) in zip(before, after, views, strict=True):
+        inside = (old >= lo * (1 - 1e-9)) & (old <= hi * (1 + 1e-9))
+        np.testing.assert_array_equal(new, old[inside])
+        assert new.size < old.size

@@ -5,6 +5,7 @@ PNG (and PDF)."""
 
 import contextlib
 import contextvars
+import functools
 import io
 import os
 import threading
@@ -56,6 +57,61 @@ def positive_time(traj) -> np.ndarray:
 def stage_label(stage) -> str:
     """A stage's name as a figure writes it (`new direction`)."""
     return stage.name.replace("_", " ")
+
+
+@functools.cache
+def _in_view_locator():
+    from matplotlib.ticker import Locator
+
+    class InView(Locator):
+        """Another locator's ticks (`inner`, on a log axis), less those
+        outside the view."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def __call__(self):
+            if self.axis is None:
+                return self.inner()
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            ticks = np.asarray(self.inner.tick_values(vmin, vmax))
+            lo, hi = sorted((vmin, vmax))
+            if not (lo > 0 and np.isfinite(hi)) or ticks.size == 0:
+                return ticks
+            lo, hi = np.log10(lo), np.log10(hi)
+            # a superset of what an axis draws (the ticks within 1e-10 of
+            # the view's width, in log space)
+            pad = 1e-6 * max(hi - lo, 1.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                at = np.log10(ticks)
+            return ticks[(at >= lo - pad) & (at <= hi + pad)]
+
+    return InView
+
+
+def _log_ticks_in_view(fig) -> None:
+    """Leaves out of each log axis of `fig` with matplotlib's own locators
+    the ticks outside its view: `LogLocator` places up to a decade more on
+    each side, whose tick objects are made and updated at every layout and
+    draw and never drawn (9 of 55 on the default run's time axis,
+    docs/performance.md, "Issue 42, sixth pass"). The same ticks drawn."""
+    in_view = _in_view_locator()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            # shared axes share their locators: each is wrapped once
+            major, minor = axis.get_major_locator(), axis.get_minor_locator()
+            if axis.isDefault_majloc and not isinstance(major, in_view):
+                axis.set_major_locator(in_view(major))
+            if axis.isDefault_minloc and not isinstance(minor, in_view):
+                axis.set_minor_locator(in_view(minor))
 
 
 def legend_beside(ax, **kwargs) -> None:
@@ -204,6 +260,7 @@ def save_figure(
     # docs/performance.md, "Everyday speed"). One laid out by `tight_layout`
     # or not at all is cropped to what it draws.
     laid_out = fig.get_layout_engine() is not None
+    _log_ticks_in_view(fig)
     tight = None if laid_out else "tight"
     paths = []
     for ext in formats:
