@@ -162,3 +162,43 @@ def test_compare_figure_at_d64(traj):
     assert any(t.startswith("$H(\\pi)$ = ") for t in texts)
     assert "plateau" in texts and "focus" in texts
     plot.pyplot().close(fig)
+
+
+def test_plot_all_writes_the_bytes_save_figure_writes(traj, tmp_path):
+    # plot_all encodes each PNG on a thread while it draws the next figure
+    # (docs/performance.md, "Issue 42, sixth pass"); save_figure alone writes
+    # its PNG itself: the same file
+    paths = plot.plot_all(traj, tmp_path / "all")
+    assert [p.name for p in paths] == [
+        "summary.png", "embeddings_pca.png", "attention.png"
+    ]  # fmt: skip
+    (alone,) = plot.save_figure(
+        plot.summary_figure(traj), tmp_path / "alone" / "summary", ("png",)
+    )
+    assert paths[0].read_bytes() == alone.read_bytes()
+    # a write that fails on the thread fails plot_all, after the others
+    blocked = tmp_path / "blocked"
+    (blocked / "summary.png").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        plot.plot_all(traj, blocked)
+    assert (blocked / "attention.png").stat().st_size > 10_000
+
+
+def test_save_figure_keeps_the_log_ticks_inside_the_view(tmp_path):
+    # matplotlib's LogLocator places ticks up to a decade beyond the view,
+    # never drawn; save_figure leaves them out (docs/performance.md, "Issue
+    # 42, sixth pass") and keeps every tick inside
+    fig, ax = plot.pyplot().subplots(layout="constrained")
+    ax.plot([0.05, 5000.0], [4e-3, 5.0])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.05, 5000.0)
+    axes = (ax.xaxis, ax.yaxis)
+    before = [np.asarray(a.get_ticklocs(minor=m)) for a in axes for m in (0, 1)]
+    plot.save_figure(fig, tmp_path / "log", ("png",))
+    after = [np.asarray(a.get_ticklocs(minor=m)) for a in axes for m in (0, 1)]
+    views = [a.get_view_interval() for a in axes for _ in (0, 1)]
+    for old, new, (lo, hi) in zip(before, after, views, strict=True):
+        inside = (old >= lo * (1 - 1e-9)) & (old <= hi * (1 + 1e-9))
+        np.testing.assert_array_equal(new, old[inside])
+        assert new.size < old.size

@@ -3,7 +3,12 @@
 shaded stage intervals, legends beside their panels, and writing a figure as
 PNG (and PDF)."""
 
+import contextlib
+import contextvars
+import functools
+import io
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +59,61 @@ def stage_label(stage) -> str:
     return stage.name.replace("_", " ")
 
 
+@functools.cache
+def _in_view_locator():
+    from matplotlib.ticker import Locator
+
+    class InView(Locator):
+        """Another locator's ticks (`inner`, on a log axis), less those
+        outside the view."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def __call__(self):
+            if self.axis is None:
+                return self.inner()
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            ticks = np.asarray(self.inner.tick_values(vmin, vmax))
+            lo, hi = sorted((vmin, vmax))
+            if not (lo > 0 and np.isfinite(hi)) or ticks.size == 0:
+                return ticks
+            lo, hi = np.log10(lo), np.log10(hi)
+            # a superset of what an axis draws (the ticks within 1e-10 of
+            # the view's width, in log space)
+            pad = 1e-6 * max(hi - lo, 1.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                at = np.log10(ticks)
+            return ticks[(at >= lo - pad) & (at <= hi + pad)]
+
+    return InView
+
+
+def _log_ticks_in_view(fig) -> None:
+    """Leaves out of each log axis of `fig` with matplotlib's own locators
+    the ticks outside its view: `LogLocator` places up to a decade more on
+    each side, whose tick objects are made and updated at every layout and
+    draw and never drawn (9 of 55 on the default run's time axis,
+    docs/performance.md, "Issue 42, sixth pass"). The same ticks drawn."""
+    in_view = _in_view_locator()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            # shared axes share their locators: each is wrapped once
+            major, minor = axis.get_major_locator(), axis.get_minor_locator()
+            if axis.isDefault_majloc and not isinstance(major, in_view):
+                axis.set_major_locator(in_view(major))
+            if axis.isDefault_minloc and not isinstance(minor, in_view):
+                axis.set_minor_locator(in_view(minor))
+
+
 def legend_beside(ax, **kwargs) -> None:
     """A legend to the right of `ax`, off its curves (the constrained layout
     keeps it inside the figure)."""
@@ -95,7 +155,8 @@ def _save_laid_out(fig, path, *, dpi: float, **kwargs) -> None:
     whole draw with the output turned off (every tick, label and legend
     measured and updated) before the draw that renders. The same pixels, 12 %
     fewer Python calls for the paper's three figures (docs/performance.md,
-    "Everyday speed")."""
+    "Everyday speed"). Inside `png_written_behind` a PNG is drawn here and
+    encoded on its writer's thread."""
     import matplotlib
 
     engine = fig.get_layout_engine()
@@ -109,10 +170,80 @@ def _save_laid_out(fig, path, *, dpi: float, **kwargs) -> None:
             {"figure.autolayout": False, "figure.constrained_layout.use": False}
         ):
             fig.set_layout_engine(None)
-        fig.savefig(path, dpi=dpi, bbox_inches=None, **kwargs)
+        writer = _PNG_WRITER.get()
+        if (
+            writer is None
+            or Path(path).suffix != ".png"
+            or set(kwargs) - {"pil_kwargs"}
+        ):
+            fig.savefig(path, dpi=dpi, bbox_inches=None, **kwargs)
+        else:
+            # `savefig` draws its raw RGBA output as it draws its PNG, whose
+            # writer then calls `imsave` on the canvas's pixels
+            fig.savefig(io.BytesIO(), format="rgba", dpi=dpi, bbox_inches=None)
+            rgba = np.array(fig.canvas.buffer_rgba())
+            writer.submit(path, rgba, dpi, kwargs.get("pil_kwargs"))
     finally:
         fig.set_layout_engine(engine)
         fig.set_dpi(old_dpi)
+
+
+class _PNGWriter:
+    """Encodes and writes PNGs on a thread each, one after the other (zlib
+    runs without Python's lock, so beside the next figure's drawing)."""
+
+    def __init__(self):
+        self._last: threading.Thread | None = None
+        self._errors: list[BaseException] = []
+
+    def submit(self, path, rgba: np.ndarray, dpi: float, pil_kwargs) -> None:
+        from matplotlib.image import imsave
+
+        previous = self._last
+
+        def write():
+            if previous is not None:
+                previous.join()
+            try:
+                imsave(path, rgba, format="png", origin="upper",
+                       dpi=dpi, pil_kwargs=pil_kwargs)  # fmt: skip
+            except BaseException as e:  # noqa: BLE001  (raised by `wait`)
+                self._errors.append(e)
+
+        self._last = threading.Thread(target=write, name="gradflow-png", daemon=True)
+        self._last.start()
+
+    def wait(self) -> None:
+        """Returns when every PNG is written; raises the first error."""
+        if self._last is not None:
+            self._last.join()
+        if self._errors:
+            raise self._errors[0]
+
+
+_PNG_WRITER: contextvars.ContextVar[_PNGWriter | None] = contextvars.ContextVar(
+    "gradflow_png_writer", default=None
+)
+
+
+@contextlib.contextmanager
+def png_written_behind():
+    """Within it, [`save_figure`][gradflow.plot.save_figure] draws the PNG of
+    a laid-out figure and leaves its encoding and writing to a thread, which
+    runs while the next figure is built (the same bytes in the file); leaving
+    it waits until every file is written, and raises the first error of a
+    write."""
+    writer = _PNGWriter()
+    token = _PNG_WRITER.set(writer)
+    try:
+        yield
+    except BaseException:
+        _PNG_WRITER.reset(token)
+        with contextlib.suppress(Exception):
+            writer.wait()
+        raise
+    _PNG_WRITER.reset(token)
+    writer.wait()
 
 
 def save_figure(
@@ -129,6 +260,7 @@ def save_figure(
     # docs/performance.md, "Everyday speed"). One laid out by `tight_layout`
     # or not at all is cropped to what it draws.
     laid_out = fig.get_layout_engine() is not None
+    _log_ticks_in_view(fig)
     tight = None if laid_out else "tight"
     paths = []
     for ext in formats:
