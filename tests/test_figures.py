@@ -164,26 +164,6 @@ def test_compare_figure_at_d64(traj):
     plot.pyplot().close(fig)
 
 
-def test_plot_all_writes_the_bytes_save_figure_writes(traj, tmp_path):
-    # plot_all encodes each PNG on a thread while it draws the next figure
-    # (docs/performance.md, "Issue 42, sixth pass"); save_figure alone writes
-    # its PNG itself: the same file
-    paths = plot.plot_all(traj, tmp_path / "all")
-    assert [p.name for p in paths] == [
-        "summary.png", "embeddings_pca.png", "attention.png"
-    ]  # fmt: skip
-    (alone,) = plot.save_figure(
-        plot.summary_figure(traj), tmp_path / "alone" / "summary", ("png",)
-    )
-    assert paths[0].read_bytes() == alone.read_bytes()
-    # a write that fails on the thread fails plot_all, after the others
-    blocked = tmp_path / "blocked"
-    (blocked / "summary.png").mkdir(parents=True)
-    with pytest.raises(IsADirectoryError):
-        plot.plot_all(traj, blocked)
-    assert (blocked / "attention.png").stat().st_size > 10_000
-
-
 def test_save_figure_keeps_the_log_ticks_inside_the_view(tmp_path):
     # matplotlib's LogLocator places ticks up to a decade beyond the view,
     # never drawn; save_figure leaves them out (docs/performance.md, "Issue

@@ -3,12 +3,8 @@
 shaded stage intervals, legends beside their panels, and writing a figure as
 PNG (and PDF)."""
 
-import contextlib
-import contextvars
 import functools
-import io
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -155,8 +151,7 @@ def _save_laid_out(fig, path, *, dpi: float, **kwargs) -> None:
     whole draw with the output turned off (every tick, label and legend
     measured and updated) before the draw that renders. The same pixels, 12 %
     fewer Python calls for the paper's three figures (docs/performance.md,
-    "Everyday speed"). Inside `png_written_behind` a PNG is drawn here and
-    encoded on its writer's thread."""
+    "Everyday speed")."""
     import matplotlib
 
     engine = fig.get_layout_engine()
@@ -170,80 +165,10 @@ def _save_laid_out(fig, path, *, dpi: float, **kwargs) -> None:
             {"figure.autolayout": False, "figure.constrained_layout.use": False}
         ):
             fig.set_layout_engine(None)
-        writer = _PNG_WRITER.get()
-        if (
-            writer is None
-            or Path(path).suffix != ".png"
-            or set(kwargs) - {"pil_kwargs"}
-        ):
-            fig.savefig(path, dpi=dpi, bbox_inches=None, **kwargs)
-        else:
-            # `savefig` draws its raw RGBA output as it draws its PNG, whose
-            # writer then calls `imsave` on the canvas's pixels
-            fig.savefig(io.BytesIO(), format="rgba", dpi=dpi, bbox_inches=None)
-            rgba = np.array(fig.canvas.buffer_rgba())
-            writer.submit(path, rgba, dpi, kwargs.get("pil_kwargs"))
+        fig.savefig(path, dpi=dpi, bbox_inches=None, **kwargs)
     finally:
         fig.set_layout_engine(engine)
         fig.set_dpi(old_dpi)
-
-
-class _PNGWriter:
-    """Encodes and writes PNGs on a thread each, one after the other (zlib
-    runs without Python's lock, so beside the next figure's drawing)."""
-
-    def __init__(self):
-        self._last: threading.Thread | None = None
-        self._errors: list[BaseException] = []
-
-    def submit(self, path, rgba: np.ndarray, dpi: float, pil_kwargs) -> None:
-        from matplotlib.image import imsave
-
-        previous = self._last
-
-        def write():
-            if previous is not None:
-                previous.join()
-            try:
-                imsave(path, rgba, format="png", origin="upper",
-                       dpi=dpi, pil_kwargs=pil_kwargs)  # fmt: skip
-            except BaseException as e:  # noqa: BLE001  (raised by `wait`)
-                self._errors.append(e)
-
-        self._last = threading.Thread(target=write, name="gradflow-png", daemon=True)
-        self._last.start()
-
-    def wait(self) -> None:
-        """Returns when every PNG is written; raises the first error."""
-        if self._last is not None:
-            self._last.join()
-        if self._errors:
-            raise self._errors[0]
-
-
-_PNG_WRITER: contextvars.ContextVar[_PNGWriter | None] = contextvars.ContextVar(
-    "gradflow_png_writer", default=None
-)
-
-
-@contextlib.contextmanager
-def png_written_behind():
-    """Within it, [`save_figure`][gradflow.plot.save_figure] draws the PNG of
-    a laid-out figure and leaves its encoding and writing to a thread, which
-    runs while the next figure is built (the same bytes in the file); leaving
-    it waits until every file is written, and raises the first error of a
-    write."""
-    writer = _PNGWriter()
-    token = _PNG_WRITER.set(writer)
-    try:
-        yield
-    except BaseException:
-        _PNG_WRITER.reset(token)
-        with contextlib.suppress(Exception):
-            writer.wait()
-        raise
-    _PNG_WRITER.reset(token)
-    writer.wait()
 
 
 def save_figure(

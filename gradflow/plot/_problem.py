@@ -18,14 +18,7 @@ import numpy as np
 
 from .._problem.functions import describe, loss_floor
 from .._result.trajectory import Trajectory
-from ._base import (
-    check_trajectory,
-    png_written_behind,
-    positive_time,
-    pyplot,
-    save_figure,
-    shade_stages,
-)
+from ._base import check_trajectory, positive_time, pyplot, save_figure, shade_stages
 
 
 GENERIC_SHADES = {"plateau": "#9e9e9e", "drop": "#ff9f1c"}
@@ -132,12 +125,8 @@ def plot_all(
     out = Path(out_dir)
     formats = ("png", "pdf") if pdf else ("png",)
     paths = []
-    # each PNG is encoded on a thread while the next figure is built
-    # (docs/performance.md, "Issue 42, sixth pass")
-    with png_written_behind():
-        for stem, make in figures(traj.problem, traj).items():
-            fig = make(traj, title=title)
-            paths += save_figure(fig, out / f"{prefix}{stem}", formats)
+    for stem, make in figures(traj.problem, traj).items():
+        paths += save_figure(make(traj, title=title), out / f"{prefix}{stem}", formats)
     return paths
 
 
