@@ -305,35 +305,9 @@ class Watch(dfx.AbstractAdaptiveSolver):
         )
 
 
-def empty_buffer(state: WatchState) -> WatchState:
-    """The state with its buffers emptied (after the host has read them)."""
-    state = eqx.tree_at(
-        lambda s: (s.count, s.t, s.index),
-        state,
-        (
-            jnp.zeros_like(state.count),
-            jnp.full_like(state.t, jnp.inf),
-            jnp.full_like(state.index, -1),
-        ),
-    )
-    if state.trace is None:
-        return state
-    tr = state.trace
-    return eqx.tree_at(
-        lambda s: (s.trace.count, s.trace.t),
-        state,
-        (jnp.zeros_like(tr.count), jnp.full_like(tr.t, jnp.inf)),
-    )
-
-
-def empty_buffer_on_host(state: WatchState) -> WatchState:
-    """[`empty_buffer`][] built on the host: the same values, exactly, put on
-    the device without compiling anything (a jitted `empty_buffer` is one
-    more program for every process whose solve crosses an event)."""
-
-    def full(x, value):
-        return jax.device_put(np.full(np.shape(x), value, x.dtype))
-
+def _with_empty_buffer(state: WatchState, full) -> WatchState:
+    """`state` with its buffers emptied, each array made by `full(x, value)`
+    (an array like `x` holding `value`)."""
     state = eqx.tree_at(
         lambda s: (s.count, s.t, s.index),
         state,
@@ -347,6 +321,22 @@ def empty_buffer_on_host(state: WatchState) -> WatchState:
         state,
         (full(tr.count, 0), full(tr.t, np.inf)),
     )
+
+
+def empty_buffer(state: WatchState) -> WatchState:
+    """The state with its buffers emptied (after the host has read them)."""
+    return _with_empty_buffer(state, jnp.full_like)
+
+
+def empty_buffer_on_host(state: WatchState) -> WatchState:
+    """[`empty_buffer`][] built on the host: the same values, exactly, put on
+    the device without compiling anything (a jitted `empty_buffer` is one
+    more program for every process whose solve crosses an event)."""
+
+    def full(x, value):
+        return jax.device_put(np.full(np.shape(x), value, x.dtype))
+
+    return _with_empty_buffer(state, full)
 
 
 __all__ = [
