@@ -328,13 +328,14 @@ def empty_buffer(state: WatchState) -> WatchState:
     return _with_empty_buffer(state, jnp.full_like)
 
 
-def empty_buffer_on_host(state: WatchState) -> WatchState:
+def empty_buffer_on_host(state: WatchState, device=None) -> WatchState:
     """[`empty_buffer`][] built on the host: the same values, exactly, put on
-    the device without compiling anything (a jitted `empty_buffer` is one
-    more program for every process whose solve crosses an event)."""
+    `device` (`None`: JAX's default device, uncommitted) without compiling
+    anything (a jitted `empty_buffer` is one more program for every process
+    whose solve crosses an event)."""
 
     def full(x, value):
-        return jax.device_put(np.full(np.shape(x), value, x.dtype))
+        return jax.device_put(np.full(np.shape(x), value, x.dtype), device)
 
     return _with_empty_buffer(state, full)
 

@@ -48,7 +48,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._event.watch import WatchState
+from .._event.watch import WatchState, empty_buffer_on_host
 from .._flow.flow import event_record
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
@@ -75,23 +75,11 @@ def _host(x) -> np.ndarray:
 
 def _emptied(ws: WatchState, device) -> WatchState:
     """`empty_buffer` of the watch state, computed on the host (no program
-    to compile per device): the values it gives, exactly; committed to
-    `device` only where the state was (uncommitted arrays go to the lane's
-    default device)."""
-    count, t, index = _host(ws.count), _host(ws.t), _host(ws.index)
+    to compile per device), committed to `device` only where the state was
+    (uncommitted arrays go to the lane's default device). A sweep takes no
+    motion saves (`as_saveat`), so a lane's watch state has no trace."""
     target = device if getattr(ws.count, "committed", False) else None
-    return eqx.tree_at(
-        lambda s: (s.count, s.t, s.index),
-        ws,
-        tuple(
-            jax.device_put(x, target)
-            for x in (
-                np.zeros_like(count),
-                np.full_like(t, np.inf),
-                np.full_like(index, -1),
-            )
-        ),
-    )
+    return empty_buffer_on_host(ws, target)
 
 
 def _default_device(device):
