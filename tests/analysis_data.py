@@ -37,11 +37,12 @@ def markov_run():
 
 @functools.cache
 def sweep16():
-    """A 16-member sweep: 4 chains (labelled by delta) x 4 seeds (d = 3,
-    width 2, 30 saves)."""
+    """A 16-member sweep: 4 chains (labelled by delta) x 4 seeds (d = 4,
+    width 3, 30 saves: the model size of `markov_run`, whose compiled chunk
+    its members reuse)."""
     return gf.sweep(
-        [chain(x, d=3) for x in DELTAS], init_scale=1e-3, seeds=list(SEEDS),
-        width=2, t1=400.0, saveat=saves(400.0, 30),
+        [chain(x) for x in DELTAS], init_scale=1e-3, seeds=list(SEEDS),
+        width=WIDTH, t1=400.0, saveat=saves(400.0, 30),
         labels={"delta": list(DELTAS)}, run=QUIET,
     )  # fmt: skip
 

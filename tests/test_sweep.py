@@ -405,15 +405,15 @@ def test_sweep_of_a_model_variant():
     and a batch of variant starting points (`params=`) gives the same sweep."""
     model = gf.Model(heads=2, value=True)
     chain = gf.chains.sticky(3, 0.5, 0.5, 0.05)
-    # Bare solves (stages=False): the stage observer is the same for every
-    # model and is checked on members in test_member_equals_solo_integrate.
     # Tsit5: a member equals its solo run whatever the solver, and Tsit5
     # compiles in about half the default solver's time (the default solver's
-    # members are test_member_equals_solo_integrate's).
+    # members are test_member_equals_solo_integrate's). This model, solver,
+    # stage observer and saves are tests/test_integrate.py's
+    # test_flow_on_a_variant_is_integrate: its compiled chunk is reused.
     kw = dict(
         width=2,
         t1=200.0,
-        saveat=gf.SaveAt(np.linspace(0.0, 200.0, 9), stages=False),
+        saveat=gf.SaveAt(np.linspace(0.0, 200.0, 41)),
         solver="tsit5",
         run=gf.Run(progress=False),
     )

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import random_params
 from jax.flatten_util import ravel_pytree
+from sweep_worker import CHUNK_STEPS
 
 import gradflow as gf
 from gradflow import theory as th
@@ -128,10 +129,17 @@ def jax_tree_add(a, b):
     return gf.Params(*(getattr(a, n) + getattr(b, n) for n in ("W0", "W1", "WQ", "WK")))
 
 
+# d = 4, width 4 in chunks of CHUNK_STEPS steps: the chunk compiled for
+# tests/test_sweep.py's sweep (tests/sweep_worker.py) is reused (chunks of
+# another size continue each other bit for bit: tests/test_checkpoint.py's
+# test_chunk_size_does_not_change_the_solve).
+QUIET = gf.Run(progress=False, chunk_steps=CHUNK_STEPS)
+
+
 @pytest.fixture(scope="module")
 def short_traj():
     chain = gf.chains.sticky(4, 0.55, 0.6, 0.05)
-    return gf.integrate(chain, 1e-3, width=4, t1=300.0, run=gf.Run(progress=False))
+    return gf.integrate(chain, 1e-3, width=4, t1=300.0, run=QUIET)
 
 
 def test_report_on_short_trajectory(short_traj):
@@ -164,14 +172,10 @@ def test_cli(short_traj, tmp_path, capsys):
 
 
 def test_report_on_a_too_short_trajectory():
-    # The model size of `short_traj` (d = 4, width 4): the solve compiled there
-    # is reused.
+    # The model size and chunks of `short_traj` (d = 4, width 4): the solve
+    # compiled there is reused.
     traj = gf.integrate(
-        gf.chains.sticky(4, 0.5, 0.5, 0.05),
-        1e-3,
-        width=4,
-        t1=5.0,
-        run=gf.Run(progress=False),
+        gf.chains.sticky(4, 0.5, 0.5, 0.05), 1e-3, width=4, t1=5.0, run=QUIET
     )
     # Nothing of the closed forms is measurable yet (the escape from the origin
     # has not left the linear range): only the origin saddle's escape, measured
