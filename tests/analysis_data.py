@@ -62,7 +62,10 @@ def deep_linear_run():
 
 @functools.cache
 def committee_run():
-    problem = gf.problems.Committee.isotropic(2, 4, 2)
+    """Saad and Solla's committee of tests/test_committee.py (K = M = 3,
+    N = 6): the shapes of its flow there and in tests/test_theory.py and
+    tests/test_saddles.py, so that the tier compiles one committee solve."""
+    problem = gf.problems.Committee.isotropic(3, 6, 3)
     return gf.flow(problem, 1e-3, t1=200.0, saveat=saves(200.0, 120), run=QUIET)
 
 
