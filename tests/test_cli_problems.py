@@ -94,14 +94,18 @@ def test_sweep_deep_linear_over_a_grid_of_its_option(tmp_path, capsys):
     same numbers as `gf.sweep`, the sweep file, the stage table and the
     figures."""
     out = tmp_path / "sweep"
-    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "2", "1"]
+    # (tests/test_saves.py's network, 5-4-4 by the flags' defaults: the first
+    # member's solve shares the chunk compiled for that network's solves)
+    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "3", "1", "0.3"]
     argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "50"]
     assert main([*argv, "--out", str(out), *QUIET]) == 0
     printed = capsys.readouterr().out
     assert "  swept: problem_seed = 0, 1\n" in printed
     assert "2 members (2 problems x 1 init scale x 1 seed)" in printed
     problems = [
-        gf.problems.DeepLinear.random([2.0, 1.0], n_in=4, n_out=3, hidden=(3,), seed=s)
+        gf.problems.DeepLinear.random(
+            [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=s
+        )
         for s in (0, 1)
     ]
     ref = gf.sweep(
