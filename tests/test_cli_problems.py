@@ -39,15 +39,17 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
     reads it. A non-empty --out is refused; `--overwrite` replaces what the
     last command wrote there (its PDFs too) and keeps other files."""
     out = tmp_path / "run"
-    argv = ["run", "--problem", "in-context", "--d", "2", "--context", "8"]
-    argv += ["--heads", "2", "--t1", "400", "--num-saves", "60", "--out", str(out)]
+    # (the problem of tests/test_in_context.py, tests/test_theory.py's cubic
+    # escape and tests/test_labelled.py: its solve is compiled once)
+    argv = ["run", "--problem", "in-context", "--d", "3", "--context", "16"]
+    argv += ["--heads", "3", "--t1", "400", "--num-saves", "60", "--out", str(out)]
     assert main([*argv, *QUIET, "--pdf"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith(
-        "problem: InContextRegression(D=2, N=8, H=2, r=1), eigenvalues 1 0.5\n"
+        "problem: InContextRegression(D=3, N=16, H=3, r=1), eigenvalues 1 0.5 0.25\n"
     )
     assert "stage " in printed and "\nplateau " in printed
-    problem = gf.problems.InContextRegression([1.0, 0.5], 8, 2, key_dim=1)
+    problem = gf.problems.InContextRegression([1.0, 0.5, 0.25], 16, 3, key_dim=1)
     ref = gf.flow(
         problem,
         1e-2,  # the in-context problem's default init scale
