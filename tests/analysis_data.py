@@ -57,13 +57,21 @@ def sgd_run():
 
 @functools.cache
 def deep_linear_run():
-    problem = gf.problems.DeepLinear.random([3.0, 1.5], n_in=3, n_out=3, hidden=(2,))
+    """The deep linear network of tests/test_saves.py (5-4-4): the shapes of
+    its flow there and in tests/test_deep_linear.py and tests/test_theory.py,
+    so that the tier compiles one solve of that network."""
+    problem = gf.problems.DeepLinear.random(
+        [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=0
+    )
     return gf.flow(problem, 1e-3, t1=10.0, saveat=saves(10.0, 120), run=QUIET)
 
 
 @functools.cache
 def committee_run():
-    problem = gf.problems.Committee.isotropic(2, 4, 2)
+    """Saad and Solla's committee of tests/test_committee.py (K = M = 3,
+    N = 6): the shapes of its flow there and in tests/test_theory.py and
+    tests/test_saddles.py, so that the tier compiles one committee solve."""
+    problem = gf.problems.Committee.isotropic(3, 6, 3)
     return gf.flow(problem, 1e-3, t1=200.0, saveat=saves(200.0, 120), run=QUIET)
 
 

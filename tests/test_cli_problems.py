@@ -39,15 +39,17 @@ def test_run_in_context_is_the_library_s_flow(tmp_path, capsys):
     reads it. A non-empty --out is refused; `--overwrite` replaces what the
     last command wrote there (its PDFs too) and keeps other files."""
     out = tmp_path / "run"
-    argv = ["run", "--problem", "in-context", "--d", "2", "--context", "8"]
-    argv += ["--heads", "2", "--t1", "400", "--num-saves", "60", "--out", str(out)]
+    # (the problem of tests/test_in_context.py, tests/test_theory.py's cubic
+    # escape and tests/test_labelled.py: its solve is compiled once)
+    argv = ["run", "--problem", "in-context", "--d", "3", "--context", "16"]
+    argv += ["--heads", "3", "--t1", "400", "--num-saves", "60", "--out", str(out)]
     assert main([*argv, *QUIET, "--pdf"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith(
-        "problem: InContextRegression(D=2, N=8, H=2, r=1), eigenvalues 1 0.5\n"
+        "problem: InContextRegression(D=3, N=16, H=3, r=1), eigenvalues 1 0.5 0.25\n"
     )
     assert "stage " in printed and "\nplateau " in printed
-    problem = gf.problems.InContextRegression([1.0, 0.5], 8, 2, key_dim=1)
+    problem = gf.problems.InContextRegression([1.0, 0.5, 0.25], 16, 3, key_dim=1)
     ref = gf.flow(
         problem,
         1e-2,  # the in-context problem's default init scale
@@ -94,14 +96,18 @@ def test_sweep_deep_linear_over_a_grid_of_its_option(tmp_path, capsys):
     same numbers as `gf.sweep`, the sweep file, the stage table and the
     figures."""
     out = tmp_path / "sweep"
-    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "2", "1"]
+    # (tests/test_saves.py's network, 5-4-4 by the flags' defaults: the first
+    # member's solve shares the chunk compiled for that network's solves)
+    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "3", "1", "0.3"]
     argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "50"]
     assert main([*argv, "--out", str(out), *QUIET]) == 0
     printed = capsys.readouterr().out
     assert "  swept: problem_seed = 0, 1\n" in printed
     assert "2 members (2 problems x 1 init scale x 1 seed)" in printed
     problems = [
-        gf.problems.DeepLinear.random([2.0, 1.0], n_in=4, n_out=3, hidden=(3,), seed=s)
+        gf.problems.DeepLinear.random(
+            [3.0, 1.0, 0.3], n_in=5, n_out=4, hidden=(4,), seed=s
+        )
         for s in (0, 1)
     ]
     ref = gf.sweep(

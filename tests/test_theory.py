@@ -36,8 +36,10 @@ def _fd_hessian(chain, params, h=1e-5):
 
 
 def test_hessian_against_finite_differences():
-    chain = gf.chains.random(4, seed=5)
-    params = random_params(4, 3, 0.7, seed=1)
+    # (d = 5, m = 3: the shapes of test_unstable_rates_on_unseen_chains's
+    # first chain, one compiled Hessian for both)
+    chain = gf.chains.random(5, seed=5)
+    params = random_params(5, 3, 0.7, seed=1)
     lin = gf.linearize(chain, params, method="dense")
     H_fd = _fd_hessian(chain, params)
     # the linearisation's eigenpairs reassemble -H
@@ -54,8 +56,9 @@ def test_hessian_against_finite_differences():
 
 
 def test_lanczos_against_dense():
+    # (d = 5, m = 3, as above)
     chain = gf.chains.random(5, seed=7)
-    params = random_params(5, 4, 0.5, seed=2)
+    params = random_params(5, 3, 0.5, seed=2)
     dense = gf.linearize(chain, params, method="dense")
     n = params.num_parameters
     full = gf.linearize(chain, params, method="lanczos", num_modes=5, num_iters=n)
