@@ -1,6 +1,8 @@
 import atexit
 import functools
 import gc
+import json
+import logging
 import math
 import os
 import shutil
@@ -164,6 +166,43 @@ def _site() -> str:
     return "(outside gradflow)"
 
 
+# GRADFLOW_TEST_COMPILE_LOG=FOLDER: one line per XLA compilation in
+# FOLDER/<worker>.jsonl: the test, the program, its persistent-cache key
+# (`null` for a load from the cache) and its seconds. The same key twice is
+# the same program compiled twice; distinct keys of one program are its
+# distinct compilations (docs/performance.md, "Issue 42, seventh pass").
+_LOG = os.environ.get("GRADFLOW_TEST_COMPILE_LOG", "")
+_MISSED: list = []  # the key of the compilation under way
+
+
+class _CacheMisses(logging.Handler):
+    """Keeps the key of each persistent-cache miss (JAX logs it at DEBUG
+    level just before compiling)."""
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("PERSISTENT COMPILATION CACHE MISS"):
+            _MISSED[:] = [message.rsplit("with key ", 1)[-1].strip("'")]
+
+
+if _LOG:
+    logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+    logging.getLogger("jax._src.compiler").addHandler(_CacheMisses())
+
+
+def _log_compile(fun_name: str, duration: float) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = {
+        "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+        "program": fun_name,
+        "key": _MISSED.pop() if _MISSED else None,
+        "seconds": round(duration, 3),
+    }
+    os.makedirs(_LOG, exist_ok=True)
+    with open(os.path.join(_LOG, f"{worker}.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def _on_duration(event: str, duration: float, fun_name: str = "?", **_) -> None:
     if event == "/jax/core/compile/backend_compile_duration":
         _COMPILES["compilations"] += 1
@@ -172,6 +211,8 @@ def _on_duration(event: str, duration: float, fun_name: str = "?", **_) -> None:
         tally = _BY_FUNCTION.setdefault(key, [0, 0.0])
         tally[0] += 1
         tally[1] += duration
+        if _LOG:
+            _log_compile(fun_name, duration)
 
 
 def _on_event(event: str, **_) -> None:
