@@ -21,11 +21,14 @@ located events into records, writes the checkpoint (the members' states
 stacked, as the sharded path writes it, so either path resumes the other's
 file) and stops the lanes on Ctrl-C.
 
-One compilation per device: a CPU device's program cannot run on another
+One program per device: a CPU device's program cannot run on another
 device. The first lane traces and compiles the chunk (shared with a solo run
 of the same shapes, and with JAX's persistent cache); the other lanes start
-once it has finished its first chunk, so they compile the traced program
-for their devices while the first one already steps.
+once it has finished its first chunk. They trace and lower the chunk again
+(JAX keys its traced programs on the default device; docs/performance.md,
+"Issue 42, seventh pass"), then load the first lane's compilation from the
+persistent cache where it is on (the command line, the tests) or compile it
+for their devices, while the first one already steps.
 
 A lane computes under `jax.default_device(device)` (the lane on the
 process's default device under no context: `jax.jit` keys its cache on the
@@ -171,7 +174,8 @@ class LaneJob(Job):
     def _lane(self, k: int, device) -> None:
         try:
             if k > 0:
-                # trace once (lane 0); the others compile the traced program
+                # lane 0 compiles first; the others then load its program
+                # from the persistent cache where it is on
                 self._first_chunk.wait()
             with _default_device(device):
                 ts, t1 = _put(self.ts, device), _put(self.t1, device)
