@@ -349,6 +349,11 @@ def test_compare_reports_modified_and_ensemble_crossings():
                    run=quiet, solver=TIGHT)  # fmt: skip
     cmp = gf.compare(flow, gd, modified=True)
     assert np.all(np.isfinite(cmp.modified_crossings))
+    # the modified flow is solved as the flow was (its solver and tolerances)
+    own = gf.flow(gf.modified_loss(problem, lr), params=p0, t1=t1, run=quiet,
+                  saveat=gf.SaveAt(ts=ts, stages=False), solver=TIGHT)  # fmt: skip
+    mine = gf.compare(flow, gd, modified=own).modified_crossings
+    np.testing.assert_array_equal(cmp.modified_crossings, mine)
     assert np.all(
         np.abs(cmp.sgd_crossings - cmp.modified_crossings)
         < 0.2 * np.abs(cmp.sgd_crossings - cmp.flow_crossings)

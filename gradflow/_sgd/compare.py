@@ -248,17 +248,31 @@ def _leaves(params) -> list[np.ndarray]:
 
 def modified_flow(traj: Trajectory, lr: float) -> Trajectory:
     """The order-1 modified flow of GD at `lr` ([`gradflow.modified_loss`][])
-    from `traj`'s start, saved at `traj.ts`."""
+    from `traj`'s start, saved at `traj.ts`, solved as `traj` was: its
+    solver (a name of `gradflow.SOLVERS`, with its recorded options),
+    tolerances, `max_steps` and dtype, so that the two flows' crossings
+    differ by the learning rate's term and not by the solvers' errors. A
+    solver that its settings cannot rebuild (a Diffrax instance of no name in
+    `gradflow.SOLVERS`) gives way to the default one at the same tolerances."""
     from .._flow.flow import flow
-    from .._options import Run, SaveAt
+    from .._flow.solving import SOLVERS
+    from .._options import Run, SaveAt, Solver
     from .modified import modified_loss
 
     if traj.problem is None:
         raise ValueError("modified=True needs the flow's problem; traj.problem is None")
     start = jax.tree.map(lambda x: np.asarray(x)[0], traj.params)
+    s = traj.settings
+    method = SOLVERS.get(s.solver.lower())
+    solver = Solver(
+        None if method is None else method(**(s.solver_options or {})),
+        rtol=s.rtol or None, atol=s.atol or None, max_steps=s.max_steps,
+        dtype=s.dtype,
+    )  # fmt: skip
     return flow(
         modified_loss(traj.problem, lr), params=start, t1=float(traj.ts[-1]),
         saveat=SaveAt(ts=np.asarray(traj.ts), stages=False), run=Run(progress=False),
+        solver=solver,
     )  # fmt: skip
 
 
