@@ -80,9 +80,9 @@ def test_other_problems_animate_write_netcdf_and_report(tmp_path, capsys):
     eigen-components, a deep linear sweep and a committee's SGD run (with
     its flow) write their netCDF files, equal to their `.npz` files."""
     out = tmp_path / "in_context"
-    argv = ["run", "--problem", "in-context", "--d", "2", "--context", "8"]
+    argv = ["run", "--problem", "in-context", "--d", "3", "--context", "16"]
     # (the run of test_cli_problems.py, whose compilation this one shares)
-    argv += ["--heads", "2", "--t1", "400", "--num-saves", "60", "--no-figures"]
+    argv += ["--heads", "3", "--t1", "400", "--num-saves", "60", "--no-figures"]
     argv += ["--no-progress", "--out", str(out), "--animate", "a.gif", "--netcdf"]
     argv += ["--frames", "20"]
     assert main(argv) == 0
@@ -100,7 +100,8 @@ def test_other_problems_animate_write_netcdf_and_report(tmp_path, capsys):
     assert main(["report", str(out), "--frames", "10", "--overwrite"]) == 0
 
     out = tmp_path / "deep_linear"
-    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "2", "1"]
+    # (the sweep of test_cli_problems.py, whose compilation this one shares)
+    argv = ["sweep", "--problem", "deep-linear", "--singular-values", "3", "1", "0.3"]
     argv += ["--problem-seed", "0,1", "--t1", "30", "--num-saves", "50"]
     argv += ["--no-figures", "--no-progress", "--netcdf", "--out", str(out)]
     assert main(argv) == 0
