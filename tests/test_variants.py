@@ -349,10 +349,14 @@ def test_linear_regime_rate_at_origin(model):
         )
     )
     flat, unravel = jax.flatten_util.ravel_pytree(p0)
-    # jitted: op by op, the Hessian's graph takes much longer to run
-    grad = jax.jit(jax.grad(lambda x: gf.population_loss(unravel(x), chain)))(flat)
+
+    def loss(x):
+        return gf.population_loss(unravel(x), chain)
+
+    # jitted (op by op, the Hessian's graph takes much longer to run), the
+    # gradient and the Hessian in one program: one compilation per variant
+    grad, hess = jax.jit(lambda x: (jax.grad(loss)(x), jax.hessian(loss)(x)))(flat)
     assert np.abs(np.asarray(grad)).max() < 1e-15  # a critical point
-    hess = jax.jit(jax.hessian(lambda x: gf.population_loss(unravel(x), chain)))(flat)
     rate = np.linalg.eigvalsh(-np.asarray(hess))[-1]
     expected = theory_rate(model, chain, m)
     if model.value and not model.residual and model.norm != "layer":
