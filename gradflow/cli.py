@@ -123,8 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
+        from ._loop import exported
+
+        # The exported programs are the command's own: a library call made
+        # later in this process (a notebook that ran `main`, the tests) takes
+        # `jax.jit`'s path again, and shares its compilations with other
+        # library calls (an exported program compiles under another name).
+        previous = exported.folder()
         enable_compilation_cache()
-        return int(args.func(args) or 0)
+        try:
+            return int(args.func(args) or 0)
+        finally:
+            exported.enable(previous)
     except MisplacedFlag as e:  # a flag of another command: one line
         print(e, file=sys.stderr)
         return 2

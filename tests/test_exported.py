@@ -94,3 +94,16 @@ def test_an_exported_call_keeps_an_output_structure_of_its_own(tmp_path):
         assert jax.tree.structure(got) == jax.tree.structure(want)
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             assert a.dtype == b.dtype and bool(jnp.all(a == b))
+
+
+def test_the_command_line_s_exports_end_with_its_command(tmp_path, capsys):
+    """`gradflow.cli.main` in-process keeps exported programs for its own
+    command only: library calls made after it take `jax.jit`'s path (and share
+    its compilations) instead of exporting."""
+    from gradflow.cli import main
+
+    assert not exported.enabled()
+    # a command that fails on its input after the cache is turned on
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert not exported.enabled()

@@ -70,6 +70,11 @@ def enabled() -> bool:
     return _DIR is not None
 
 
+def folder() -> Path | None:
+    """Where exported chunks are kept (`None`: off)."""
+    return _DIR
+
+
 def _source_hash() -> str:
     """A hash of gradflow's own source files (computed once per process)."""
     global _SOURCE
