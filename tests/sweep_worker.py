@@ -20,10 +20,21 @@ def main(argv):
             process_id=process_id,
             initialization_timeout=60,
         )
+    import jax
     import numpy as np
 
     import gradflow as gf
 
+    # The traces of the solve's chunk (`_advance`): one a process, however
+    # many lanes the sweep runs (the lanes on other devices take the first
+    # lane's trace: gradflow/_sweep/lanes.py)
+    traces = []
+
+    def on_duration(event, duration, fun_name="", **_):
+        if event == "/jax/core/compile/jaxpr_trace_duration" and fun_name == "_advance":
+            traces.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
     sw = small_sweep(gf)
     times = [[e.t for e in traj.events] for traj in sw]
     flat = np.array([t for ts in times for t in ts])
@@ -38,6 +49,7 @@ def main(argv):
         devices=sw.stats.num_devices,
         processes=sw.stats.num_processes,
         padding=sw.stats.padding,
+        chunk_traces=len(traces),
     )
 
 

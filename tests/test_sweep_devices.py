@@ -67,6 +67,10 @@ def test_four_devices_equal_one(reference, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _check(out, reference, devices=4, processes=1, padding=0)
+    # One lane per device, members one by one: the chunk is traced once, by
+    # the first lane; the other three take its trace and lower it for their
+    # devices (each traced it again before: 4 traces of seconds each)
+    assert int(np.load(out)["chunk_traces"]) == 1
 
 
 def _free_port() -> int:

@@ -346,6 +346,105 @@ def run_chunk(spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
     return _advance_jit(spec, args, ts, t1, state)
 
 
+def _filter_jit_parts(wrapper) -> tuple[Any, Callable, Callable] | None:
+    """`(jitted, split, join)` of an `eqx.filter_jit` wrapper: the
+    `jax.jit` it calls, `split(args) -> (dynamic, static)` its arguments
+    (`static` the last, static one) and `join(out)` the wrapper's output
+    from the jit's: `join(jitted(*dynamic, static))` is `wrapper(*args)`, the
+    same program. `None` where this Equinox keeps them otherwise (its own
+    names, not public: Equinox has no separate trace step) or this JAX's
+    jit has no `trace`."""
+    try:
+        from equinox._jit import _postprocess, _preprocess
+
+        jitted = wrapper._cached
+        info = (
+            wrapper._signature,
+            wrapper._dynamic_fun,
+            wrapper._static_fun,
+            wrapper.donate_first,
+            wrapper.donate_rest,
+        )
+    except (ImportError, AttributeError):
+        return None
+    if not callable(getattr(jitted, "trace", None)):
+        return None
+
+    def split(args):
+        *dynamic, static = _preprocess(info, args, {}, return_static=True)
+        return tuple(dynamic), static
+
+    return jitted, split, _postprocess
+
+
+def _signature(tree) -> tuple:
+    """What a compiled program's inputs must match: their structure, shapes,
+    dtypes and weak types."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple(
+        (x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves
+    )
+
+
+class DeviceChunk:
+    """[`run_chunk`][] for a thread that computes under
+    `jax.default_device(device)` (a sweep's lane on a device other than the
+    default one, `gradflow/_sweep/lanes.py`), without tracing the chunk
+    again.
+
+    JAX keys its cache of traced programs on the default device: under the
+    context, `run_chunk` would trace `_advance` anew (seconds) into the same
+    program. Here it is traced under `outside()`, a context that restores the
+    default device of the solo runs (a hit in JAX's cache once a solo run or
+    the sweep's first lane has traced it), then lowered and compiled under
+    the thread's own context, for its device
+    (`jax.jit(...).trace(...).lower().compile()`, JAX's ahead-of-time
+    stages). The lowering is the one `run_chunk` makes under that context:
+    the same program, the same persistent-cache key (measured), the same
+    numbers. JAX caches the lowering and its executable per default device
+    (`jax.clear_caches()` clears them), so a later sweep's lane on the same
+    device lowers and compiles nothing; each `DeviceChunk` keeps its
+    executables by input signature too, to skip JAX's stages between
+    chunks.
+
+    Exported chunks (the command line, `exported.py`) and an Equinox
+    without the parts this needs take `run_chunk`'s path.
+
+    **Arguments:**
+
+    - `outside`: a function returning the context to trace under.
+    """
+
+    def __init__(self, outside: Callable[[], Any]):
+        self._outside = outside
+        self._parts = _filter_jit_parts(_advance_jit)
+        self._compiled: dict = {}
+
+    def __call__(self, spec: Spec, args, ts, t1, state: LoopState) -> LoopState:
+        out = exported.call("run_chunk", _advance, spec, args, ts, t1, state)
+        if out is not None:
+            return out
+        if self._parts is None:
+            return _advance_jit(spec, args, ts, t1, state)
+        jitted, split, join = self._parts
+        dynamic, static = split((spec, args, ts, t1, state))
+        key = (static, _signature(dynamic))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._outside():
+                traced = jitted.trace(*dynamic, static)
+            compiled = self._compiled[key] = traced.lower().compile()
+        try:
+            out = compiled(*dynamic)
+            jax.block_until_ready(out[0])  # (Equinox's marker: errors surface here)
+        except Exception:  # noqa: BLE001  (raised again below)
+            # An error inside the program (a check of Equinox's, which only
+            # `eqx.filter_jit` turns into its readable message): the
+            # ordinary path runs the same pure chunk and raises it so
+            return _advance_jit(spec, args, ts, t1, state)
+        return join(out)
+
+
 def make_controller(rtol, atol) -> ResumableController:
     # Tolerances as arrays: floats would be static and recompile for each value.
     return ResumableController(  # pyright: ignore[reportCallIssue]
@@ -503,6 +602,7 @@ __all__ = [
     "CHUNK_STEPS",
     "chunk_steps_for",
     "Crossing",
+    "DeviceChunk",
     "LoopJob",
     "LoopState",
     "Spec",

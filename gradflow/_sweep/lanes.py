@@ -24,11 +24,15 @@ file) and stops the lanes on Ctrl-C.
 One program per device: a CPU device's program cannot run on another
 device. The first lane traces and compiles the chunk (shared with a solo run
 of the same shapes, and with JAX's persistent cache); the other lanes start
-once it has finished its first chunk. They trace and lower the chunk again
-(JAX keys its traced programs on the default device; docs/performance.md,
-"Issue 42, seventh pass"), then load the first lane's compilation from the
-persistent cache where it is on (the command line, the tests) or compile it
-for their devices, while the first one already steps.
+once it has finished its first chunk, and trace nothing: JAX keys its traced
+programs on the default device, so under their devices' contexts
+`run_chunk` would trace the chunk again (seconds each), and they take the
+first lane's trace instead, from outside the context, and lower and compile
+it for their devices ([`DeviceChunk`][gradflow._loop.loop.DeviceChunk]:
+the same program, the same numbers; docs/performance.md, "Issue 42, eighth
+pass"). Each device's compilation has a key of its own in JAX's persistent
+cache (the key holds the device): a later process loads it from there, the
+first one compiles it, while the first lane already steps.
 
 A lane computes under `jax.default_device(device)` (the lane on the
 process's default device under no context: `jax.jit` keys its cache on the
@@ -55,7 +59,7 @@ from .._event.watch import WatchState, empty_buffer_on_host
 from .._flow.flow import event_record
 from .._loop.checkpoint import pack_tree
 from .._loop.driver import Job
-from .._loop.loop import Crossing, read_buffer, run_chunk
+from .._loop.loop import Crossing, DeviceChunk, read_buffer, run_chunk
 from .batch import stack
 
 
@@ -96,6 +100,21 @@ def _default_device(device):
     if device == default or (default is None and device == jax.devices()[0]):
         return contextlib.nullcontext()
     return jax.default_device(device)
+
+
+def _chunk_for(device):
+    """`(context, chunk)` for a lane on `device`: the context it computes
+    under (`_default_device`) and the function that advances a member by
+    a chunk: `run_chunk` where no context is needed, else a
+    [`DeviceChunk`][gradflow._loop.loop.DeviceChunk] that takes the chunk's
+    trace from outside the context (JAX's cache of traced programs is keyed on
+    the default device) and lowers and compiles it for `device`."""
+    context = _default_device(device)
+    if isinstance(context, contextlib.nullcontext):
+        return context, run_chunk
+    # (read in the lane's thread before its context: the global value)
+    default = getattr(jax.config, "jax_default_device", None)
+    return context, DeviceChunk(lambda: jax.default_device(default))
 
 
 def _put(tree, device):
@@ -174,13 +193,14 @@ class LaneJob(Job):
     def _lane(self, k: int, device) -> None:
         try:
             if k > 0:
-                # lane 0 compiles first; the others then load its program
-                # from the persistent cache where it is on
+                # lane 0 traces the chunk first; the others take its trace
+                # from JAX's cache (`_chunk_for`)
                 self._first_chunk.wait()
-            with _default_device(device):
+            context, chunk = _chunk_for(device)
+            with context:
                 ts, t1 = _put(self.ts, device), _put(self.t1, device)
                 while (i := self._next_member()) is not None:
-                    self._run_member(i, device, ts, t1)
+                    self._run_member(i, device, chunk, ts, t1)
         except BaseException as e:  # noqa: BLE001  (raised again by the driver)
             with self._cond:
                 if self._error is None:
@@ -192,12 +212,12 @@ class LaneJob(Job):
                 self._alive -= 1
                 self._cond.notify_all()
 
-    def _run_member(self, i: int, device, ts, t1) -> None:
+    def _run_member(self, i: int, device, chunk, ts, t1) -> None:
         spec = _put(self.specs[i], device)
         problem = _put(self.setups[i].problem_dt, device)
         state = _put(self._latest.states[i], device)
         while not self._stop.is_set():
-            state = run_chunk(spec, problem, ts, t1, state)
+            state = chunk(spec, problem, ts, t1, state)
             running, steps = bool(_host(state.running)), int(_host(state.num_steps))
             state, crossings = read_buffer(
                 state, empty=lambda ws: _emptied(ws, device), member=i
