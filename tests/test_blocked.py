@@ -223,4 +223,6 @@ def test_default_blocks():
     assert default_hvp_block(2048) == 128  # at least 128 up to d = 2048
     assert default_hvp_block(1500) == 128
     assert default_hvp_block(4096) == 32
+    assert default_block(2048) == default_block(1500) == 256  # up to 2048
+    assert default_block(4096) == 64
     assert default_block(100) == 100

@@ -76,7 +76,13 @@ BLOCKED_MIN_D = 256
 # rounds in one process, taken under load 3.8 to 4.1; docs/performance.md,
 # "Everyday speed (issue 42)"); a linearised gradient vmapped over 64
 # directions needs 861 MB of XLA temporaries there instead of 535 MB.
+# Up to d = 2,048 the gradient takes at least 256 queries (2^19 entries at
+# d = 2,048, where 2^18 gave 128): at d = 2,048, m = 16 the gradient took
+# 21.8-25.2 ms with 256 against 23.5-26.2 ms with 128 (0.92-0.96x, five
+# runs of 8 rounds side by side, load 0.8 to 1.7), the same at m = 32
+# (docs/performance.md, "Issue 42, ninth pass").
 _GRAD_ENTRIES = 2**18
+_GRAD_MIN_BLOCK, _GRAD_MIN_BLOCK_UP_TO = 256, 2048
 _HVP_ENTRIES = 2**17
 _HVP_MIN_BLOCK, _HVP_MIN_BLOCK_UP_TO = 128, 2048
 
@@ -91,8 +97,12 @@ def _block(d: int, entries: int) -> int:
 def default_block(d: int) -> int:
     """Query tokens per block of the loss and its gradient for a vocabulary
     of `d` tokens: the power of two nearest `2^18 / d` from below, between
-    16 and 512, and never more than `d`."""
-    return _block(d, _GRAD_ENTRIES)
+    16 and 512, never more than `d`; up to `d = 2048` at least 256 (or
+    `d`)."""
+    block = _block(d, _GRAD_ENTRIES)
+    if d <= _GRAD_MIN_BLOCK_UP_TO:
+        block = max(block, min(_GRAD_MIN_BLOCK, d))
+    return block
 
 
 def default_hvp_block(d: int) -> int:
