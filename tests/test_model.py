@@ -16,6 +16,14 @@ CHAINS = [
 ]
 
 
+# Compiled once per chain size and shared by the tests below, which all take
+# width 4 (one program per d instead of one eager operation per step and shape
+# for each test's own width: each test's width is not what it checks).
+WIDTH = 4
+_loss = jax.jit(gf.population_loss)
+_loss_and_grad = jax.jit(jax.value_and_grad(gf.population_loss))
+
+
 def _zeros(d, m):
     return gf.Params(
         jnp.zeros((m, d)), jnp.zeros((d, m)), jnp.zeros((m, m)), jnp.zeros((m, m))
@@ -24,8 +32,8 @@ def _zeros(d, m):
 
 @pytest.mark.parametrize("chain", CHAINS)
 def test_loss_at_origin_is_log_d_and_critical(chain):
-    params = _zeros(chain.d, 7)
-    loss, grad = jax.jit(jax.value_and_grad(gf.population_loss))(params, chain)
+    params = _zeros(chain.d, WIDTH)
+    loss, grad = _loss_and_grad(params, chain)
     assert float(loss) == pytest.approx(np.log(chain.d), rel=1e-15)
     for g in jax.tree.leaves(grad):
         assert np.all(np.asarray(g) == 0)
@@ -41,15 +49,15 @@ def test_loss_at_origin_is_log_d_and_critical(chain):
 def test_loss_above_conditional_entropy(chain, scale):
     floor = float(chain.conditional_entropy)
     for seed in range(5):
-        loss = float(gf.population_loss(random_params(chain.d, 5, scale, seed), chain))
+        loss = float(_loss(random_params(chain.d, WIDTH, scale, seed), chain))
         assert np.isfinite(loss) and loss >= floor
 
 
 @pytest.mark.parametrize("chain", CHAINS)
 def test_matches_independent_numpy_gradient(chain):
     for seed in range(3):
-        params = random_params(chain.d, 4, 0.7, seed)
-        loss, grad = jax.value_and_grad(gf.population_loss)(params, chain)
+        params = random_params(chain.d, WIDTH, 0.7, seed)
+        loss, grad = _loss_and_grad(params, chain)
         ref_loss, ref_grad = loss_and_grad(
             *(np.asarray(x) for x in (params.W0, params.W1, params.WQ, params.WK)),
             np.asarray(chain.P),
@@ -62,11 +70,14 @@ def test_matches_independent_numpy_gradient(chain):
 
 @pytest.mark.parametrize("chain", CHAINS[:3])
 def test_gradient_matches_central_differences(chain):
-    params = random_params(chain.d, 3, 0.8, 11)
-    grad = jax.grad(gf.population_loss)(params, chain)
+    params = random_params(chain.d, WIDTH, 0.8, 11)
+    _, grad = _loss_and_grad(params, chain)
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     gflat, _ = jax.flatten_util.ravel_pytree(grad)
-    loss = jax.jit(lambda x: gf.population_loss(unravel(x), chain))
+
+    def loss(x):
+        return _loss(unravel(x), chain)
+
     h = 1e-6
     rng = np.random.default_rng(0)
     for k in rng.choice(flat.size, size=12, replace=False):
@@ -93,8 +104,8 @@ def test_linear_regime_at_origin_matches_spec():
     """Near 0 the flow is dW1/dt = (pi - 1/d)(W0 pi)^T, dW0/dt = W1^T (pi - 1/d) pi^T."""
     chain = CHAINS[1]
     d = chain.d
-    params = random_params(d, 6, 1e-5, 4)
-    grad = jax.grad(gf.population_loss)(params, chain)
+    params = random_params(d, WIDTH, 1e-5, 4)
+    _, grad = _loss_and_grad(params, chain)
     pi = np.asarray(chain.pi)
     c = pi - 1 / d
     W0, W1 = np.asarray(params.W0), np.asarray(params.W1)
