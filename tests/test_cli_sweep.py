@@ -112,9 +112,12 @@ def test_lr_correction_member_equals_the_run(tmp_path, capsys):
     """`gradflow sweep --lr-correction LR --order K` solves the modified flow
     of GD, as `gradflow run` does with the same options (one shared reading
     of the flags): a member equals the run of its seed bit for bit (on a CPU
-    the members go one by one through a solo call's compiled chunk). Tiny
-    bare solves with Tsit5 (the shapes of the test above)."""
-    common = ["--chain", "zipf", "--d", "2", "--width", "2", "--t1", "10"]
+    the members go one by one through a solo call's compiled chunk). Bare
+    solves with Tsit5 of the deep linear network (5-6-4, singular values 3 2
+    1) of tests/test_sgd_theory.py, whose modified flow of order 2 they
+    share: one compiled chunk for the two files."""
+    common = ["--problem", "deep-linear", "--singular-values", "3", "2", "1"]
+    common += ["--inputs", "5", "--outputs", "4", "--hidden", "6", "--t1", "10"]
     common += ["--num-saves", "3", "--solver", "tsit5", "--no-stages"]
     common += ["--no-figures", "--no-progress", "--lr-correction", "0.2"]
     common += ["--order", "2"]
