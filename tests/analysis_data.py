@@ -49,9 +49,12 @@ def sweep16():
 
 @functools.cache
 def sgd_run():
+    """SGD on the model size of `markov_run` (lr 0.1 to t = 3: 31 saves, the
+    run of tests/test_sgd.py's test_results_do_not_depend_on_save_grid, whose
+    compiled chunk and observables it shares)."""
     return gf.train_sgd(
-        chain(), init_scale=1e-3, width=WIDTH, t1=4.0, context=8,
-        sgd=gf.SGD(batch_size=16), run=QUIET,
+        chain(), init_scale=1e-3, width=WIDTH, t1=3.0, context=8,
+        sgd=gf.SGD(0.1, batch_size=16), run=QUIET,
     )  # fmt: skip
 
 
