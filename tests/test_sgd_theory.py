@@ -2,6 +2,7 @@
 (`gf.SGD(batch_size=None)`) and the stochastic modified equation
 (`gf.sgd_sde`): `docs/sgd.md`, "Modified flows"."""
 
+import equinox as eqx
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -13,6 +14,15 @@ import gradflow as gf
 
 def _flat(tree) -> np.ndarray:
     return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
+
+
+# Compiled, one program per problem and term (eagerly, each operation of a
+# Hessian-vector product compiled on its own, hundreds per test): a modified
+# loss's vector field and the gradient of its modified loss, and a term of the
+# SDE (its drift or its diffusion matrix) at t = 0.
+_vector_field = eqx.filter_jit(lambda m, p: m.vector_field(p))
+_modified_grad = eqx.filter_jit(lambda m, p: jax.grad(m.modified)(p))
+_term_at_0 = eqx.filter_jit(lambda term, y, args: term(0.0, y, args))
 
 
 def _markov():
@@ -70,27 +80,31 @@ def test_modified_field_against_its_loss_and_finite_differences():
     problem, p0 = _linear()
     lr = 0.1
     m1, m2 = gf.modified_loss(problem, lr), gf.modified_loss(problem, lr, order=2)
-    g1 = _flat(jax.grad(m1.modified)(p0))
-    np.testing.assert_allclose(_flat(m1.vector_field(p0)), -g1, rtol=1e-12, atol=1e-14)
+    g1 = _flat(_modified_grad(m1, p0))
+    np.testing.assert_allclose(
+        _flat(_vector_field(m1, p0)), -g1, rtol=1e-12, atol=1e-14
+    )
 
     flat, unravel = jax.flatten_util.ravel_pytree(p0)
     grad = lambda x: jax.flatten_util.ravel_pytree(jax.grad(problem.loss)(unravel(x)))[
         0
     ]  # noqa: E731
-    H = jax.jacfwd(grad)(flat)
-    g = grad(flat)
+    hessian = jax.jit(jax.jacfwd(grad))  # (compiled once, used three times)
+    H = hessian(flat)
+    g = jax.jit(grad)(flat)
     h2g = H @ (H @ g)
-    rest = _flat(m2.vector_field(p0)) + _flat(jax.grad(m2.modified)(p0))
+    field2 = _flat(_vector_field(m2, p0))
+    rest = field2 + _flat(_modified_grad(m2, p0))
     np.testing.assert_allclose(rest, -(lr**2) / 6 * h2g, rtol=1e-9, atol=1e-13)
-    J = jax.jacfwd(lambda x: (lambda H: H @ (H @ grad(x)))(jax.jacfwd(grad)(x)))(flat)
+    J = jax.jit(
+        jax.jacfwd(lambda x: (lambda H: H @ (H @ grad(x)))(jax.jacfwd(grad)(x)))
+    )(flat)
     assert np.abs(J - J.T).max() > 1e-3 * np.abs(J).max()
     # third derivative along g twice, by central differences of H(x) g
     eps = 1e-4
-    Tgg = (
-        jax.jacfwd(grad)(flat + eps * g) @ g - jax.jacfwd(grad)(flat - eps * g) @ g
-    ) / (2 * eps)
+    Tgg = (hessian(flat + eps * g) @ g - hessian(flat - eps * g) @ g) / (2 * eps)
     expect = -g - lr / 2 * H @ g - lr**2 * (h2g / 3 + Tgg / 12)
-    np.testing.assert_allclose(_flat(m2.vector_field(p0)), expect, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(field2, expect, rtol=1e-6, atol=1e-9)
 
 
 def test_modified_flow_reports_the_original_loss():
@@ -198,8 +212,9 @@ def _diffusion(problem, params, samples, lr=0.2, batch=4, key=None, compensate=F
         key,
         jnp.asarray(lr / 2),
     )
-    drift = _Drift(1, unravel, compensate)(0.0, flat, args)
-    return np.asarray(drift), np.asarray(_Diffusion(samples, unravel)(0.0, flat, args))
+    drift = _term_at_0(_Drift(1, unravel, compensate), flat, args)
+    diffusion = _term_at_0(_Diffusion(samples, unravel), flat, args)
+    return np.asarray(drift), np.asarray(diffusion)
 
 
 def _empirical(problem, params, n, key):
@@ -217,11 +232,11 @@ def _empirical(problem, params, n, key):
 def test_sde_drift_is_the_modified_field(make):
     problem, p0 = make()
     drift, _ = _diffusion(problem, p0, None)
-    expect = _flat(gf.modified_loss(problem, 0.2).vector_field(p0))
+    expect = _flat(_vector_field(gf.modified_loss(problem, 0.2), p0))
     np.testing.assert_allclose(drift, expect, rtol=1e-12, atol=1e-15)
     # compensated for the Euler step dt = lr / 2: the order-1 field at lr / 2
     drift, _ = _diffusion(problem, p0, None, compensate=True)
-    expect = _flat(gf.modified_loss(problem, 0.1).vector_field(p0))
+    expect = _flat(_vector_field(gf.modified_loss(problem, 0.1), p0))
     np.testing.assert_allclose(drift, expect, rtol=1e-12, atol=1e-15)
 
 
