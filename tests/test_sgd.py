@@ -164,14 +164,17 @@ def test_finite_context_loss_and_gradient_against_numpy():
     arrays = [np.asarray(getattr(params, n)) for n in ("W0", "W1", "WQ", "WK")]
     ref = _numpy_loss(*arrays, seqs)
     # SGD's loss of a batch (from the token counts of each sequence's context)
+    # (compiled, one program each: eagerly every operation of the losses and
+    # of the backward pass compiled on its own)
     problem = gf.problems.MarkovAttention(chain, context=12)
-    counted = problem.sample_loss(params, jnp.asarray(seqs))
+    sample_loss = jax.jit(lambda p, s: problem.sample_loss(p, s))
+    counted = sample_loss(params, jnp.asarray(seqs))
     np.testing.assert_allclose(float(counted), ref, rtol=1e-12)
     np.testing.assert_allclose(
-        float(gf.finite_context_loss(params, seqs)), ref, rtol=1e-12
+        float(jax.jit(gf.finite_context_loss)(params, seqs)), ref, rtol=1e-12
     )
 
-    grad = jax.grad(lambda p: problem.sample_loss(p, jnp.asarray(seqs)))(params)
+    grad = jax.jit(jax.grad(sample_loss))(params, jnp.asarray(seqs))
     h = 1e-6
     for k, name in enumerate(("W0", "W1", "WQ", "WK")):
         fd = np.zeros_like(arrays[k])
