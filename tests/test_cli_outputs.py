@@ -26,9 +26,6 @@ from analysis_data import assert_same_result, assert_same_sweep  # noqa: E402
 from sweep_worker import CHUNK_STEPS  # noqa: E402
 
 
-SMALL = ["--d", "3", "--width", "2", "--no-progress"]
-
-
 def test_run_writes_its_animation_and_netcdf_file_then_report(tmp_path, capsys):
     out = tmp_path / "run"
     # the default scenario at t1 = 300, as in test_cli_run.py: one compilation
@@ -65,7 +62,11 @@ def test_sweep_and_sgd_write_their_netcdf_files(tmp_path, capsys):
     assert main(["report", str(out), "--frames", "10"]) == 0
     assert (out / "report.html").stat().st_size > 10_000
     out = tmp_path / "sgd"
-    argv = ["sgd", *SMALL, "--t1", "2", "--batch-size", "8", "--context", "4"]
+    # the command line's SGD run of tests/test_sgd_checkpoint.py (CLI): one
+    # compiled chunk for the two files
+    argv = ["sgd", "--d", "4", "--width", "4", "--init-scale", "0.3"]
+    argv += ["--context", "16", "--batch-size", "32", "--lr", "0.2", "--t1", "20"]
+    argv += ["--no-progress"]
     assert main([*argv, "--netcdf", "--out", str(out)]) == 0
     run = gf.load(out / "sgd_run.npz")
     assert isinstance(run, gf.SGDRun)
