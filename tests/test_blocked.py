@@ -5,6 +5,8 @@ dense closed form differentiated by JAX, to round-off; no intermediate larger
 than `block x d`; what `gf.population_loss` uses from d = 256 on and not
 below."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -129,6 +131,72 @@ def test_hessian_through_the_blocked_form():
     H0 = jax.jit(jax.hessian(_dense))(p, chain)
     H1 = jax.jit(jax.hessian(_blocked(block)))(p, chain)
     assert _rel(H0, H1) <= 1e-12
+
+
+def test_batched_hvps_are_the_single_ones():
+    """Vmapped over directions (a solver's refresh), over parameters (the
+    members of a sweep) and over both, the blocked gradient and HVP equal
+    the single ones, one at a time, to round-off (the batching rule of
+    `_t_dot_tangent` runs in each of these: one operand batched, or both)."""
+    d, m, block = 20, 3, 8
+    chain, p, v = _setup(d, m)
+    loss = _blocked(block)
+    ps = jax.tree.map(lambda x: jnp.stack([x, 0.5 * x[::-1], -x]), p)
+    vs = jax.tree.map(lambda x: jnp.stack([x, 2 * x[::-1], -x]), v)
+
+    @jax.jit
+    def grad(q):
+        return jax.grad(loss)(q, chain)
+
+    @jax.jit
+    def hvp(q, u):
+        return _hvp(loss, q, u, chain)
+
+    def at(tree, k):
+        return jax.tree.map(lambda x: x[k], tree)
+
+    def each(fn, *trees):
+        outs = [fn(*(at(t, k) for t in trees)) for k in range(3)]
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+    _, lin = jax.linearize(grad, p)
+    assert _rel(jax.jit(jax.vmap(lin))(vs), each(lin, vs)) <= 1e-12
+    assert _rel(jax.jit(jax.vmap(grad))(ps), each(grad, ps)) <= 1e-12
+    hvp_members = jax.jit(jax.vmap(hvp, in_axes=(0, None)))(ps, v)
+    assert _rel(hvp_members, each(lambda q: hvp(q, v), ps)) <= 1e-12
+    assert _rel(jax.jit(jax.vmap(hvp))(ps, vs), each(hvp, ps, vs)) <= 1e-12
+    # members x directions
+    nested = jax.jit(jax.vmap(jax.vmap(hvp, in_axes=(None, 0)), in_axes=(0, None)))
+    full = nested(ps, vs)
+    for k in range(3):
+        q = at(ps, k)
+        expect = each(lambda u, q=q: hvp(q, u), vs)
+        assert _rel(at(full, k), expect) <= 1e-12
+
+
+def test_vmapped_hvp_transposes_no_block_of_directions():
+    """The compiled HVPs vmapped over `r` directions (a solver's refresh)
+    transpose no `(r, block, d)` array in the scan's body: each product of a
+    direction's block with a shared operand runs as a batched product
+    (`_t_dot_tangent`'s batching rule), not as one product over the directions'
+    blocks side by side, which XLA:CPU laid out by transposing them, three
+    times per block (`docs/performance.md`, "Issue 42, ninth pass: where
+    the text flow's time goes")."""
+    d, m, block, r = 64, 4, 16, 8
+    chain, p, v = _setup(d, m)
+    loss = _blocked(block)
+    vs = jax.tree.map(lambda x: jnp.stack([x * (k + 1) for k in range(r)]), v)
+
+    def batched(q, us):
+        _, lin = jax.linearize(lambda s: jax.grad(loss)(s, chain), q)
+        return jax.vmap(lin)(us)
+
+    hlo = jax.jit(batched).lower(p, vs).compile().as_text()
+    shapes = re.findall(r"f64\[([\d,]+)\]\{[\d,]*\} transpose\(", hlo)
+    big = [
+        s for s in shapes if np.prod([int(n) for n in s.split(",")]) >= r * block * d
+    ]
+    assert big == []
 
 
 def test_no_intermediate_larger_than_a_block():

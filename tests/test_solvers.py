@@ -585,3 +585,41 @@ def test_auto_keeps_the_old_rule_and_rank_below_the_threshold():
         assert (state.level is not None) == new
         # the eigenbasis has room for the largest rank W may use
         assert state.V.shape == (n, 64 if new else 16)
+
+
+def test_refresh_products_run_in_batches_of_16_from_512_parameters():
+    """A low-rank refresh's Jacobian-vector products are vmapped over at most
+    16 directions at a time from 512 parameters on (`jax.lax.map` over
+    batches; `JVP_BATCH`, `AUTO_MIN_SIZE` of `gradflow/solvers/base.py`),
+    and over all of a rank's directions below; W is the same."""
+    sizes = []
+
+    @jax.custom_batching.custom_vmap
+    def probe(x):
+        return x
+
+    @probe.def_vmap
+    def _(axis_size, in_batched, x):
+        sizes.append(axis_size)
+        return x, in_batched[0]
+
+    # the field's Jacobian-vector products pass the probe (as the blocked
+    # closed form's pass its own batching rule, in its custom JVP)
+    @jax.custom_jvp
+    def field(y):
+        return -2.0 * y
+
+    @field.defjvp
+    def _(primals, tangents):
+        return field(primals[0]), probe(-2.0 * tangents[0])
+
+    # the refresh's branches for the ranks 16, 32, 64 are all traced
+    for n, batches in ((512, {16}), (511, {16, 32, 64})):
+        solver = gf.solvers.ROS34PW2(max_rank=64)
+        term = dfx.ODETerm(lambda t, y, args: field(y))
+        y0 = jnp.linspace(0.5, 1.5, n)
+        state = solver.init(term, 0.0, 1.0, y0, None)
+        sizes.clear()
+        new = solver.step(term, 0.0, 0.1, y0, None, state, False)[3]
+        assert set(sizes) == batches
+        np.testing.assert_allclose(new.mu[:16], -2.0, rtol=1e-12)

@@ -220,9 +220,24 @@ def observe_batch(params: PyTree) -> int:
     return max(1, OBSERVE_BATCH_ENTRIES // max(size, longest**2))
 
 
+# Points whose largest intermediate holds at least OBSERVE_BATCH_ENTRIES /
+# OBSERVE_MAP_BATCH entries (2^20: a d >= 1,024 attention matrix; batches of
+# at most 16 points) are observed one after the other inside a batch
+# (`jax.lax.map`), not vmapped: at d = 1,024, width 16, the observables of a
+# save took 26-41 ms one at a time against 38-77 ms vmapped in batches of 16
+# (two runs under load; the blocked gradient's intermediates 16 times
+# larger: `docs/performance.md`, "Issue 42, ninth pass: where the text
+# flow's time goes"), the same numbers to 6e-16 relative. Smaller points
+# (every recorded result of the paper's models) stay vmapped, bit for bit.
+OBSERVE_MAP_BATCH = 16
+
+
 def _observe_many(problem, params):
     # Module level, the problem as an argument: one compilation per class,
     # statics and shapes, not one per call.
+    one = jax.tree.map(lambda x: x[0], params)
+    if observe_batch(one) <= OBSERVE_MAP_BATCH:
+        return jax.lax.map(lambda p: observe(problem, p), params)
     return jax.vmap(lambda p: observe(problem, p))(params)
 
 

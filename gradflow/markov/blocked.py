@@ -46,6 +46,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
@@ -126,6 +127,36 @@ def _t_dot(x: Array, y: Array) -> Array:
     a third of the gradient's time (`docs/performance.md`, "The closed form
     at large d")."""
     return jax.lax.optimization_barrier(x.T) @ y
+
+
+@custom_vmap
+def _t_dot_tangent(x: Array, y: Array) -> Array:
+    """`_t_dot` for the HVP's products with a tangent operand, with a
+    batching rule (`_t_dot_batched`). Under `jax.vmap` over directions (a
+    solver's refresh), `y` batched and `x` not, `jax.vmap`'s own rule makes
+    one product of `x^T` with the directions' blocks side by side, and
+    XLA:CPU transposes each `(r, b, n)` operand to `(b, r n)` and the result
+    back, in every block of the scan; the rule makes it a batched product
+    (`x` broadcast). Unbatched it is `_t_dot` itself (the single HVP is
+    unchanged, bit for bit; `docs/performance.md`, "Issue 42, ninth pass:
+    where the text flow's time goes"). Only inside the HVP's custom JVP:
+    `jax.custom_batching.custom_vmap` has no transpose, so reverse-mode
+    differentiation through it (of the HVP itself) is not supported."""
+    return _t_dot(x, y)
+
+
+@_t_dot_tangent.def_vmap
+def _t_dot_batched(axis_size: int, in_batched, x: Array, y: Array):
+    """The batching rule of `_t_dot_tangent`: the directions (axis 0 of a
+    batched operand) as the batch axis of one product, never inside its
+    columns."""
+    x_batched, y_batched = in_batched
+    if not (x_batched or y_batched):
+        return _t_dot(x, y), False
+    xt = jax.lax.optimization_barrier(jnp.swapaxes(x, -1, -2))
+    if y_batched and not x_batched:
+        xt = jnp.broadcast_to(xt, (axis_size, *xt.shape))
+    return xt @ y, True
 
 
 def _pad_rows(x: Array, rows: int) -> Array:
@@ -316,11 +347,11 @@ def population_loss_grad_and_hvp(
         GZ = pib[:, None] * (sm - Pb)
         dGZ = sm * (pdZ - jnp.sum(sm * pdZ, axis=1, keepdims=True))
         gW1t = gW1t + _t_dot(H, GZ)
-        hW1t = hW1t + _t_dot(dH, GZ) + _t_dot(H, dGZ)
+        hW1t = hW1t + _t_dot_tangent(dH, GZ) + _t_dot_tangent(H, dGZ)
         GH = GZ @ W1  # (b, m)
         dGH = dGZ @ W1 + GZ @ V1
         gE = gE + _t_dot(GH, A)
-        hE = hE + _t_dot(dGH, A) + _t_dot(GH, dA)
+        hE = hE + _t_dot_tangent(dGH, A) + _t_dot_tangent(GH, dA)
         GA = GH @ W0  # (b, d)
         dGA = jnp.concatenate([GH, dGH], axis=1) @ V0E  # G_H V0 + dG_H E
         c = jnp.sum(GH * H, axis=1, keepdims=True)
@@ -328,7 +359,7 @@ def population_loss_grad_and_hvp(
         GS = A * (GA - c)
         dGS = dA * (GA - c) + A * (dGA - dc)
         gK = gK + _t_dot(Qb, GS)
-        hK = hK + _t_dot(dQb, GS) + _t_dot(Qb, dGS)
+        hK = hK + _t_dot_tangent(dQb, GS) + _t_dot_tangent(Qb, dGS)
         gQb = GS @ KT  # (b, m)
         hQb = GS @ dK.T + dGS @ KT
         return (L, gW1t, gE, gK, hW1t, hE, hK), (gQb, hQb)

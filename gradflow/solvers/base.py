@@ -119,6 +119,32 @@ class RosenbrockWState(eqx.Module):
     lam_out: Float[Array, ""] | None = None
 
 
+# A low-rank refresh's Jacobian-vector products run vmapped over at most this
+# many directions at a time (`jax.lax.map` over batches of them beyond). On
+# the 1,024-word text flow (33,280 parameters, width 16), 32 or 64 directions
+# vmapped at once made every intermediate of the blocked HVP's scan a
+# (r, 128, 1,024) array (32 or 64 MB), and one HVP cost 1.5 to 1.9 times one
+# in batches of 16 (docs/performance.md, "Issue 42, ninth pass: where the
+# text flow's time goes"). Below `AUTO_MIN_SIZE` (512) parameters (every
+# recorded result of the paper's models) and up to 16 directions, the
+# products are vmapped whole, as before, bit for bit; beyond, they equal the
+# whole vmap's to the last bits (there: 1.4e-26 of the largest entry).
+JVP_BATCH = 16
+
+
+def _columns(lin: Callable, n: int) -> Callable:
+    """`lin` (a linear map of `n`-vectors) applied to each column of a
+    matrix: vmapped, from `AUTO_MIN_SIZE` entries on in batches of at most
+    `JVP_BATCH` columns."""
+
+    def jvps(Q: Array) -> Array:
+        if Q.shape[1] <= JVP_BATCH or n < AUTO_MIN_SIZE:
+            return jax.vmap(lin, in_axes=1, out_axes=1)(Q)
+        return jax.lax.map(lin, Q.T, batch_size=JVP_BATCH).T
+
+    return jvps
+
+
 def _subspace_iterate(jvps: Callable, Q: Array, times: int) -> Array:
     """`times` steps of subspace iteration: `Q <- qr(J Q)`."""
     for _ in range(times):
@@ -319,10 +345,10 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         """Eigen-form of the symmetrised Jacobian of `f` at `x0`, the number of
         Jacobian-vector products it took, and the next refresh's `basis`."""
         _, lin = jax.linearize(f, x0)
-        jvps = jax.vmap(lin, in_axes=1, out_axes=1)
         n = x0.shape[0]
+        jvps = _columns(lin, n)
         if self.rank is None or self.rank >= n:
-            J = jvps(jnp.eye(n, dtype=x0.dtype))
+            J = jax.vmap(lin, in_axes=1, out_axes=1)(jnp.eye(n, dtype=x0.dtype))
             mu, V = jnp.linalg.eigh(0.5 * (J + J.T))
             return V, mu, jnp.asarray(n, jnp.int32), basis
         if self._carries(n):
@@ -347,7 +373,7 @@ class AbstractRosenbrockW(dfx.AbstractAdaptiveSolver):
         the next `w` and the estimate of the largest untracked eigenvalue
         (one more Jacobian-vector product)."""
         _, lin = jax.linearize(f, x0)
-        jvps = jax.vmap(lin, in_axes=1, out_axes=1)
+        jvps = _columns(lin, x0.shape[0])
         ranks = self._ranks(x0.shape[0])
 
         def outside(V, x):
