@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 import pytest
+from batch_probe import batch_probe
 
 import gradflow as gf
 
@@ -593,15 +594,7 @@ def test_refresh_products_run_in_batches_of_16_from_512_parameters():
     batches; `JVP_BATCH`, `AUTO_MIN_SIZE` of `gradflow/solvers/base.py`),
     and over all of a rank's directions below; W is the same."""
     sizes = []
-
-    @jax.custom_batching.custom_vmap
-    def probe(x):
-        return x
-
-    @probe.def_vmap
-    def _(axis_size, in_batched, x):
-        sizes.append(axis_size)
-        return x, in_batched[0]
+    probe = batch_probe(sizes)
 
     # the field's Jacobian-vector products pass the probe (as the blocked
     # closed form's pass its own batching rule, in its custom JVP)

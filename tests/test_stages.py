@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from batch_probe import batch_probe
 
 import gradflow as gf
 
@@ -194,17 +195,7 @@ def test_observe_params_in_batches_gives_the_same_values():
 # when a problem's `observe` is traced under its `vmap` (a custom batching
 # rule sees the batch size).
 _BATCHES = []
-
-
-@jax.custom_batching.custom_vmap
-def _batch_probe(x):
-    return x
-
-
-@_batch_probe.def_vmap
-def _batch_probe_rule(axis_size, in_batched, x):
-    _BATCHES.append(axis_size)
-    return x, in_batched[0]
+_batch_probe = batch_probe(_BATCHES)
 
 
 class _Probe(gf.ObservedProblem):
